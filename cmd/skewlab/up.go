@@ -1,0 +1,62 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skewgate/skewgate/lab"
+)
+
+func newUpCmd() *cobra.Command {
+	o := lab.Options{Dir: lab.DefaultDir(), CacheDir: lab.DefaultCacheDir(), Progress: os.Stdout}
+	nodes := "node-a=" + lab.OldVersion + ",node-b=" + lab.NewVersion
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Bring up etcd and one kube-apiserver per node, oldest version first",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, err := lab.ParseNodes(nodes)
+			if err != nil {
+				return err
+			}
+			spec.InTreeProxy = o.Spec.InTreeProxy
+			o.Spec = spec
+			p, err := lab.Up(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			for _, n := range p.Spec.Nodes {
+				cmd.Printf("  %-8s %-9s %s\n", n.Name, n.Version, n.URL())
+			}
+			cmd.Printf("source %s for LAB_* variables; `skewlab down` tears it down\n", lab.EnvPath(p.Dir))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Dir, "dir", o.Dir, "lab state directory ($SKEWGATE_LAB_DIR)")
+	f.StringVar(&o.CacheDir, "cache", o.CacheDir, "binary cache ($SKEWGATE_LAB_CACHE)")
+	f.StringVar(&nodes, "nodes", nodes, "nodes as name=version, comma-separated (e.g. "+
+		strings.Join([]string{"node-a=" + lab.OldVersion, "node-b=" + lab.NewVersion, "node-c=" + lab.NewVersion}, ",")+")")
+	f.BoolVar(&o.Spec.InTreeProxy, "in-tree-proxy", false, "enable kube-apiserver's own Mixed Version Proxy, for comparison")
+	f.DurationVar(&o.ReadyTimeout, "ready-timeout", 90*time.Second, "how long each process may take to become ready")
+	return cmd
+}
+
+func newDownCmd() *cobra.Command {
+	dir := lab.DefaultDir()
+	cmd := &cobra.Command{
+		Use:   "down",
+		Short: "Stop every lab process by recorded PID and remove its namespaces, bridge and files",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := lab.Down(dir); err != nil {
+				return err
+			}
+			cmd.Println("lab: down")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", dir, "lab state directory ($SKEWGATE_LAB_DIR)")
+	return cmd
+}

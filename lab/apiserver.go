@@ -1,0 +1,74 @@
+package lab
+
+import (
+	"fmt"
+	"strings"
+)
+
+// newAPIsMinor is the first minor version that serves
+// scheduling.k8s.io/v1alpha2, the group/version the lab uses to show skew.
+const newAPIsMinor = 36
+
+// APIServerArgs assembles kube-apiserver's flags for node n of spec.
+func APIServerArgs(spec Spec, n Node, pki *PKI) []string {
+	serving := pki.Serving[n.Name]
+	args := []string{
+		"--etcd-servers=" + EtcdURL(),
+		"--bind-address=0.0.0.0",
+		fmt.Sprintf("--secure-port=%d", APIServerPort),
+		"--advertise-address=" + n.IP.String(),
+		"--tls-cert-file=" + serving.CertFile,
+		"--tls-private-key-file=" + serving.KeyFile,
+		"--client-ca-file=" + pki.CAFile,
+		"--requestheader-client-ca-file=" + pki.FrontProxyCA,
+		"--requestheader-allowed-names=" + FrontProxyClientCN,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-uid-headers=X-Remote-Uid",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + pki.FrontProxyClient.CertFile,
+		"--proxy-client-key-file=" + pki.FrontProxyClient.KeyFile,
+		"--authorization-mode=Node,RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + pki.SAPublicKey,
+		"--service-account-signing-key-file=" + pki.SAPrivateKey,
+		"--service-cluster-ip-range=10.96.0.0/16",
+		// The lab's addresses are in a reserved range the endpoints
+		// reconciler rejects; with it on, every server logs errors forever.
+		"--endpoint-reconciler-type=none",
+		"--profiling=false",
+		"--v=1",
+	}
+	gates := []string{fmt.Sprintf("UnknownVersionInteroperabilityProxy=%t", spec.InTreeProxy)}
+	if n.Minor() >= newAPIsMinor {
+		gates = append(gates, "GenericWorkload=true")
+		args = append(args, "--runtime-config=scheduling.k8s.io/v1alpha2=true")
+	}
+	if spec.InTreeProxy {
+		// The in-tree proxy dials peers by their advertise address and
+		// verifies them against this CA.
+		args = append(args, "--peer-ca-file="+pki.CAFile, "--peer-advertise-ip="+n.IP.String(),
+			fmt.Sprintf("--peer-advertise-port=%d", APIServerPort))
+	}
+	return append(args, "--feature-gates="+strings.Join(gates, ","))
+}
+
+// EtcdURL is where every node's apiserver reaches etcd.
+func EtcdURL() string { return fmt.Sprintf("http://%s:%d", BridgeAddr, EtcdClientPort) }
+
+// EtcdArgs assembles etcd's flags with its data in dataDir.
+func EtcdArgs(dataDir string) []string {
+	peer := fmt.Sprintf("http://%s:%d", BridgeAddr, EtcdPeerPort)
+	return []string{
+		"--name=skewlab",
+		"--data-dir=" + dataDir,
+		"--listen-client-urls=" + EtcdURL(),
+		"--advertise-client-urls=" + EtcdURL(),
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=skewlab=" + peer,
+		"--log-level=warn",
+		// Lab data is throwaway; fsync latency would only slow every write.
+		"--unsafe-no-fsync",
+	}
+}

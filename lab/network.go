@@ -1,0 +1,148 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// netnsDir is where named network namespaces are bind-mounted, so `ip netns`
+// lists the lab's nodes too.
+const netnsDir = "/var/run/netns"
+
+// NetNSPath is the bind mount of node n's network namespace.
+func NetNSPath(name string) string { return filepath.Join(netnsDir, name) }
+
+// vethName is the root-namespace end of node name's link.
+func vethName(name string) string { return "sl-" + name }
+
+// ensureBridge creates the lab bridge with BridgeAddr, or reuses it.
+func ensureBridge() error {
+	br, err := netlink.LinkByName(BridgeName)
+	if err != nil {
+		br = &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: BridgeName}}
+		if err := netlink.LinkAdd(br); err != nil {
+			return fmt.Errorf("add bridge %s: %w", BridgeName, err)
+		}
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(BridgeAddr.AsSlice()), Mask: net.CIDRMask(Subnet.Bits(), 32)}}
+	if err := netlink.AddrReplace(br, addr); err != nil {
+		return fmt.Errorf("address bridge %s: %w", BridgeName, err)
+	}
+	if err := netlink.LinkSetUp(br); err != nil {
+		return fmt.Errorf("up bridge %s: %w", BridgeName, err)
+	}
+	return nil
+}
+
+// createNodeNetwork creates node n's named network namespace and wires it to
+// the bridge as eth0 with n.IP. It fails if the namespace already exists, so
+// a second lab never takes over the first one's nodes.
+func createNodeNetwork(n Node) error {
+	if _, err := os.Stat(NetNSPath(n.Name)); err == nil {
+		return fmt.Errorf("network namespace %s exists: another lab is up (run `make lab-down`)", n.Name)
+	}
+	ns, err := newNamedNetNS(n.Name)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	br, err := netlink.LinkByName(BridgeName)
+	if err != nil {
+		return fmt.Errorf("find bridge: %w", err)
+	}
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: vethName(n.Name), MasterIndex: br.Attrs().Index},
+		PeerName:      "eth0",
+		PeerNamespace: netlink.NsFd(int(ns)),
+	}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("add veth for %s: %w", n.Name, err)
+	}
+	if err := netlink.LinkSetUp(veth); err != nil {
+		return fmt.Errorf("up %s: %w", veth.Name, err)
+	}
+	return configureInside(ns, n)
+}
+
+// newNamedNetNS creates a named namespace without leaving the calling
+// goroutine's thread in it: netns.NewNamed switches the current thread.
+func newNamedNetNS(name string) (netns.NsHandle, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return 0, fmt.Errorf("get current netns: %w", err)
+	}
+	defer orig.Close()
+	ns, err := netns.NewNamed(name)
+	if err != nil {
+		return 0, fmt.Errorf("create netns %s: %w", name, err)
+	}
+	if err := netns.Set(orig); err != nil {
+		ns.Close()
+		return 0, fmt.Errorf("return from netns %s: %w", name, err)
+	}
+	return ns, nil
+}
+
+// configureInside brings lo and eth0 up inside ns and gives eth0 n.IP.
+func configureInside(ns netns.NsHandle, n Node) error {
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("netlink in %s: %w", n.Name, err)
+	}
+	defer h.Close()
+	for _, name := range []string{"lo", "eth0"} {
+		link, err := h.LinkByName(name)
+		if err != nil {
+			return fmt.Errorf("%s in %s: %w", name, n.Name, err)
+		}
+		if name == "eth0" {
+			addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(n.IP.AsSlice()), Mask: net.CIDRMask(Subnet.Bits(), 32)}}
+			if err := h.AddrAdd(link, addr); err != nil {
+				return fmt.Errorf("address eth0 in %s: %w", n.Name, err)
+			}
+		}
+		if err := h.LinkSetUp(link); err != nil {
+			return fmt.Errorf("up %s in %s: %w", name, n.Name, err)
+		}
+	}
+	return nil
+}
+
+// deleteNodeNetwork removes node name's namespace (its veth goes with it)
+// and the root end of the veth if the namespace was already gone. Missing
+// pieces are not errors: tear-down must work after a crash.
+func deleteNodeNetwork(name string) error {
+	var errs []error
+	if _, err := os.Stat(NetNSPath(name)); err == nil {
+		if err := netns.DeleteNamed(name); err != nil {
+			errs = append(errs, fmt.Errorf("delete netns %s: %w", name, err))
+		}
+	}
+	if link, err := netlink.LinkByName(vethName(name)); err == nil {
+		if err := netlink.LinkDel(link); err != nil {
+			errs = append(errs, fmt.Errorf("delete %s: %w", vethName(name), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// deleteBridge removes the lab bridge if it exists.
+func deleteBridge() error {
+	link, err := netlink.LinkByName(BridgeName)
+	if err != nil {
+		return nil
+	}
+	if err := netlink.LinkDel(link); err != nil {
+		return fmt.Errorf("delete bridge %s: %w", BridgeName, err)
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Options configure Up.
+type Options struct {
+	Dir          string // state, PKI, logs and env of the plane
+	CacheDir     string // built binaries
+	Spec         Spec
+	ReadyTimeout time.Duration
+	Progress     io.Writer
+}
+
+// Plane is a running lab control plane.
+type Plane struct {
+	Dir   string
+	Spec  Spec
+	PKI   *PKI
+	Bins  Binaries
+	State *State
+	out   io.Writer
+}
+
+// stopGrace is how long a process gets to exit after SIGTERM.
+const stopGrace = 10 * time.Second
+
+// Up builds what is missing and brings up etcd and every node's
+// kube-apiserver, oldest version first, each waited for until ready. On any
+// failure it prints what failed with the log tail, tears down what it
+// started, and returns the error.
+func Up(ctx context.Context, o Options) (*Plane, error) {
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = 90 * time.Second
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if err := refuseIfUp(o.Dir); err != nil {
+		return nil, err
+	}
+	var versions []string
+	for _, n := range o.Spec.Nodes {
+		versions = append(versions, n.Version)
+	}
+	bins, err := EnsureBinaries(ctx, o.CacheDir, versions, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plane{Dir: o.Dir, Spec: o.Spec, Bins: bins, out: o.Progress}
+	if err := p.up(ctx, o.ReadyTimeout); err != nil {
+		if derr := Down(o.Dir); derr != nil {
+			err = errors.Join(err, fmt.Errorf("tear down after failure: %w", derr))
+		}
+		return nil, err
+	}
+	return p, nil
+}
+
+func refuseIfUp(dir string) error {
+	st, err := LoadState(dir)
+	if err != nil {
+		return err
+	}
+	if !st.Empty() {
+		return fmt.Errorf("a lab is already up in %s (run `make lab-down` first)", dir)
+	}
+	return nil
+}
+
+func (p *Plane) up(ctx context.Context, readyTimeout time.Duration) error {
+	start := time.Now()
+	for _, sub := range []string{"pki", "logs"} {
+		if err := os.MkdirAll(filepath.Join(p.Dir, sub), 0o755); err != nil {
+			return err
+		}
+	}
+	p.State = &State{Spec: p.Spec, path: statePath(p.Dir)}
+	pki, err := GeneratePKI(filepath.Join(p.Dir, "pki"), p.Spec.Nodes)
+	if err != nil {
+		return err
+	}
+	p.PKI = pki
+	if err := p.startEtcd(ctx, readyTimeout); err != nil {
+		return err
+	}
+	for _, n := range p.Spec.Nodes {
+		if err := p.addNode(ctx, n, readyTimeout); err != nil {
+			return err
+		}
+	}
+	if err := p.writeClientFiles(); err != nil {
+		return err
+	}
+	fmt.Fprintf(p.out, "lab: plane ready in %s; env in %s\n", time.Since(start).Round(100*time.Millisecond), EnvPath(p.Dir))
+	return nil
+}
+
+func (p *Plane) startEtcd(ctx context.Context, timeout time.Duration) error {
+	p.State.Bridge = true // recorded before it exists: tear-down tolerates absence
+	if err := p.State.save(); err != nil {
+		return err
+	}
+	if err := ensureBridge(); err != nil {
+		return err
+	}
+	proc, err := startProcess("etcd", p.Bins.Etcd, EtcdArgs(filepath.Join(p.Dir, "etcd")), "", "", p.logFile("etcd"))
+	if err != nil {
+		return err
+	}
+	if err := p.State.setProc(proc); err != nil {
+		return err
+	}
+	return waitReady(ctx, proc, timeout, etcdHealthy)
+}
+
+// addNode creates node n's namespace and starts and waits for its apiserver.
+func (p *Plane) addNode(ctx context.Context, n Node, timeout time.Duration) error {
+	p.State.NetNS = append(p.State.NetNS, n.Name)
+	if err := p.State.save(); err != nil {
+		return err
+	}
+	if err := createNodeNetwork(n); err != nil {
+		return err
+	}
+	return p.StartNode(ctx, n.Name, timeout)
+}
+
+// StartNode (re)starts node name's kube-apiserver and waits until it is
+// ready. Its namespace must exist.
+func (p *Plane) StartNode(ctx context.Context, name string, timeout time.Duration) error {
+	n, ok := p.Node(name)
+	if !ok {
+		return fmt.Errorf("no node %s", name)
+	}
+	t0 := time.Now()
+	bin := p.Bins.APIServers[n.Version]
+	proc, err := startProcess(n.Name, bin, APIServerArgs(p.Spec, n, p.PKI), NetNSPath(n.Name), n.Name, p.logFile(n.Name))
+	if err != nil {
+		return err
+	}
+	if err := p.State.setProc(proc); err != nil {
+		return err
+	}
+	if err := waitReady(ctx, proc, timeout, p.apiserverReady(n)); err != nil {
+		return err
+	}
+	fmt.Fprintf(p.out, "lab: %s (%s, kube-apiserver %s) ready in %s\n", n.Name, n.IP, n.Version, time.Since(t0).Round(100*time.Millisecond))
+	return nil
+}
+
+// StopNode stops node name's kube-apiserver (SIGTERM, a graceful shutdown)
+// and leaves its namespace in place so StartNode can bring it back.
+func (p *Plane) StopNode(name string) error {
+	proc, ok := p.State.Proc(name)
+	if !ok {
+		return fmt.Errorf("no process for node %s", name)
+	}
+	return proc.Stop(stopGrace)
+}
+
+// Node returns the node called name.
+func (p *Plane) Node(name string) (Node, bool) {
+	for _, n := range p.Spec.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+func (p *Plane) logFile(name string) string { return filepath.Join(p.Dir, "logs", name+".log") }
+
+// Down tears down the lab recorded in dir: every process by recorded PID,
+// every namespace, the bridge, and the files it wrote. It is idempotent and
+// works on what a crash or an interrupted Up left behind.
+func Down(dir string) error {
+	st, err := LoadState(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	// Apiservers before etcd, so none of them logs a storm of etcd errors.
+	for i := len(st.Procs) - 1; i >= 0; i-- {
+		if err := st.Procs[i].Stop(stopGrace); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, name := range st.NetNS {
+		if err := deleteNodeNetwork(name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if st.Bridge {
+		if err := deleteBridge(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err // keep the state so a second Down can finish the job
+	}
+	return removeFiles(dir)
+}
+
+// removeFiles deletes what Up wrote into dir, and dir itself if it is then
+// empty; anything else a user put there stays.
+func removeFiles(dir string) error {
+	for _, name := range []string{"pki", "logs", "etcd", "kubeconfig", "env", "state.json"} {
+		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+			return err
+		}
+	}
+	_ = os.Remove(dir) // fails harmlessly when not empty
+	return nil
+}
+
+// DefaultDir is $SKEWGATE_LAB_DIR, or .lab in the working directory.
+func DefaultDir() string {
+	if d := os.Getenv("SKEWGATE_LAB_DIR"); d != "" {
+		return d
+	}
+	return ".lab"
+}
+
+// Open returns the plane that Up left running in dir.
+func Open(ctx context.Context, dir, cacheDir string) (*Plane, error) {
+	st, err := LoadState(dir)
+	if err != nil {
+		return nil, err
+	}
+	if st.Empty() {
+		return nil, fmt.Errorf("no lab is up in %s (run `make lab-up`)", dir)
+	}
+	var versions []string
+	for _, n := range st.Spec.Nodes {
+		versions = append(versions, n.Version)
+	}
+	bins, err := EnsureBinaries(ctx, cacheDir, versions, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	return &Plane{
+		Dir: dir, Spec: st.Spec, Bins: bins, State: st, out: io.Discard,
+		PKI: NewPKIPaths(filepath.Join(dir, "pki"), st.Spec.Nodes),
+	}, nil
+}

@@ -1,0 +1,72 @@
+package lab
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// startProcess starts bin with args in node's namespaces (nsPath and
+// hostname empty: the root namespace), its output appended to logFile.
+func startProcess(name, bin string, args []string, nsPath, hostname, logFile string) (Proc, error) {
+	log, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return Proc{}, fmt.Errorf("open log for %s: %w", name, err)
+	}
+	defer log.Close() // the child keeps its own copy
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := StartInNode(nsPath, hostname, cmd); err != nil {
+		return Proc{}, fmt.Errorf("start %s: %w", name, err)
+	}
+	// Reap the child if it exits while this process lives; after this
+	// process exits, init does.
+	go cmd.Wait()
+	st, err := procStartTime(cmd.Process.Pid)
+	if err != nil {
+		return Proc{}, fmt.Errorf("%s exited at once, see %s", name, logFile)
+	}
+	return Proc{Name: name, PID: cmd.Process.Pid, StartTime: st, Log: logFile}, nil
+}
+
+// Stop ends p: SIGTERM, then SIGKILL after grace. A process that is gone or
+// whose PID now belongs to another process is left alone.
+func (p Proc) Stop(grace time.Duration) error {
+	if !p.Alive() {
+		return nil
+	}
+	if err := syscall.Kill(p.PID, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("signal %s (pid %d): %w", p.Name, p.PID, err)
+	}
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		if !p.Alive() {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil && p.Alive() {
+		return fmt.Errorf("kill %s (pid %d): %w", p.Name, p.PID, err)
+	}
+	for i := 0; i < 100 && p.Alive(); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// logTail returns the last n lines of file, for error messages.
+func logTail(file string, n int) string {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(string(bytes.TrimRight(data, "\n")), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

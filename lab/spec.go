@@ -1,0 +1,118 @@
+// Package lab runs a real mixed-version Kubernetes control plane on one
+// machine: each control-plane node is a network namespace on a bridge with its
+// own kube-apiserver, and etcd runs in the root namespace on the bridge.
+package lab
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	"golang.org/x/mod/semver"
+)
+
+// Addresses of the lab network. 198.18.0.0/15 is reserved for benchmarking
+// (RFC 2544), so it never collides with a real network the machine uses.
+var (
+	Subnet     = netip.MustParsePrefix("198.18.0.0/24")
+	BridgeAddr = netip.MustParseAddr("198.18.0.254")
+)
+
+const (
+	// BridgeName is the root-namespace bridge every node's veth is enslaved to.
+	BridgeName = "skewlab0"
+	// APIServerPort is where every node's kube-apiserver listens.
+	APIServerPort = 6443
+	// EtcdClientPort and EtcdPeerPort are etcd's ports on BridgeAddr.
+	EtcdClientPort = 2379
+	EtcdPeerPort   = 2380
+)
+
+// Versions the lab builds and runs by default.
+const (
+	OldVersion  = "v1.35.4"
+	NewVersion  = "v1.36.3"
+	EtcdVersion = "v3.6.8"
+)
+
+// Node is one control-plane node: a network namespace named Name with address
+// IP, running kube-apiserver Version.
+type Node struct {
+	Name    string
+	IP      netip.Addr
+	Version string
+}
+
+// Spec describes a plane to bring up.
+type Spec struct {
+	Nodes []Node
+	// InTreeProxy turns on kube-apiserver's own Mixed Version Proxy
+	// (UnknownVersionInteroperabilityProxy) where the version has it, for
+	// comparisons with skewgate.
+	InTreeProxy bool
+}
+
+// DefaultSpec is node-a on the old version and node-b on the new one.
+func DefaultSpec() Spec {
+	s, _ := ParseNodes("node-a=" + OldVersion + ",node-b=" + NewVersion)
+	return s
+}
+
+// ParseNodes parses "name=version,name=version"; addresses are assigned in
+// order from .1. The returned nodes are ordered oldest version first, because
+// a 1.35 server that starts after a 1.36 server deletes the 1.36 server's
+// registration of new group/versions.
+func ParseNodes(list string) (Spec, error) {
+	var s Spec
+	seen := map[string]bool{}
+	for i, item := range strings.Split(list, ",") {
+		name, version, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || !validNodeName(name) || !semver.IsValid(version) {
+			return Spec{}, fmt.Errorf("node %q: want name=vX.Y.Z with name of [a-z0-9-], at most 11 characters", item)
+		}
+		if seen[name] {
+			return Spec{}, fmt.Errorf("node %q listed twice", name)
+		}
+		seen[name] = true
+		ip := Subnet.Addr().As4()
+		ip[3] = byte(i + 1)
+		s.Nodes = append(s.Nodes, Node{Name: name, IP: netip.AddrFrom4(ip), Version: version})
+	}
+	if len(s.Nodes) > 250 {
+		return Spec{}, fmt.Errorf("%d nodes do not fit in %s", len(s.Nodes), Subnet)
+	}
+	sort.SliceStable(s.Nodes, func(i, j int) bool {
+		return semver.Compare(s.Nodes[i].Version, s.Nodes[j].Version) < 0
+	})
+	return s, nil
+}
+
+// validNodeName keeps names usable as namespace, hostname and (with the
+// "sl-" prefix) interface names, which the kernel caps at 15 bytes.
+func validNodeName(name string) bool {
+	if name == "" || len(name) > 11 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// URL is the node's apiserver URL as clients in the root namespace reach it.
+func (n Node) URL() string { return fmt.Sprintf("https://%s:%d", n.IP, APIServerPort) }
+
+// Minor is the Kubernetes minor version of the node, e.g. 35.
+func (n Node) Minor() int {
+	var major, minor int
+	fmt.Sscanf(semver.MajorMinor(n.Version), "v%d.%d", &major, &minor)
+	return minor
+}
+
+// EnvName is the node name as used in .lab/env keys: NODE_A for node-a.
+func (n Node) EnvName() string {
+	return strings.ToUpper(strings.ReplaceAll(n.Name, "-", "_"))
+}
