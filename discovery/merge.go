@@ -1,0 +1,51 @@
+package discovery
+
+import (
+	"slices"
+
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	"k8s.io/apiserver/pkg/endpoints/discovery/aggregated"
+)
+
+// Merge merges the docs of the healthy servers into the view clients see, as
+// Kubernetes 1.36 peer-aggregated discovery does: servers in ID order; group,
+// version and resource order preserved by a deterministic order-preserving
+// merge (ties broken lexically); verbs and subresources of a resource listed
+// differently by two servers unioned and sorted; everything else from the
+// first server listing it. The result does not depend on the order of
+// healthy or of docs. Healthy IDs without a doc are ignored. Merge never
+// fails; with no usable doc the view is empty.
+func Merge(docs map[string]*Doc, healthy []string) *Merged {
+	ids := mergeIDs(docs, healthy)
+	return newMerged(ids, mergeGroups(ids, docs))
+}
+
+// mergeIDs returns the sorted, distinct healthy IDs that have a doc.
+func mergeIDs(docs map[string]*Doc, healthy []string) []string {
+	ids := make([]string, 0, len(healthy))
+	for _, id := range healthy {
+		if docs[id] != nil {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// mergeGroups runs the apiserver's own merge so that skewgate's merged view
+// is byte-for-byte what a 1.36 server would serve for the same inputs.
+// aggregated exports it only under a test-flavoured name; it is a pure
+// function (no feature gates, metrics or logging), and TestMergeMatches1_36
+// pins the behaviour we rely on, so a change upstream fails our tests rather
+// than silently changing the view. The lowest ID plays "local": the
+// apiserver sorts all IDs and lets the first win, so this is no special case.
+func mergeGroups(ids []string, docs map[string]*Doc) []apidiscoveryv2.APIGroupDiscovery {
+	if len(ids) == 0 {
+		return nil
+	}
+	peers := make(map[string][]apidiscoveryv2.APIGroupDiscovery, len(ids)-1)
+	for _, id := range ids[1:] {
+		peers[id] = docs[id].Groups()
+	}
+	return aggregated.TestMergeResources(ids[0], docs[ids[0]].Groups(), peers)
+}
