@@ -89,7 +89,7 @@ func (f *HTTPFetcher) legacyGroup(ctx context.Context, g metav1.APIGroup) ([]api
 // errors fail the whole fetch, since then the server itself is in doubt.
 func (f *HTTPFetcher) legacyVersion(ctx context.Context, gv schema.GroupVersion) (v apidiscoveryv2.APIVersionDiscovery, served bool, err error) {
 	stale := apidiscoveryv2.APIVersionDiscovery{Version: gv.Version, Freshness: apidiscoveryv2.DiscoveryFreshnessStale}
-	if !validPathSegment(gv.Group) || !validPathSegment(gv.Version) {
+	if (gv.Group != "" && !validPathSegment(gv.Group)) || !validPathSegment(gv.Version) {
 		return v, false, nil
 	}
 	resp, err := f.get(ctx, legacyPath(gv), clientdiscovery.AcceptV1, "")
