@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// StateName names a steering state in Status and metrics.
+type StateName string
+
+const (
+	// StateDisabled: steering could not be installed; Status.Err says why.
+	StateDisabled StateName = "disabled"
+	// StateOff: the operator's kill switch is off.
+	StateOff StateName = "off"
+	// StateLapsed: installed and on, but the last check failed; the lease
+	// lapses (or has lapsed) and connections fall back.
+	StateLapsed StateName = "lapsed"
+	// StateSteering: new connections to the targets reach the proxy.
+	StateSteering StateName = "steering"
+)
+
+// Status is the state of a Steering.
+type Status struct {
+	State StateName
+	// Err is why steering is disabled or lapsed. For StateDisabled it wraps
+	// ErrNotPermitted, ErrNotSupported or ErrLayout when one applies.
+	Err error
+	// LeaseRemaining is the time left on the lease at the last check.
+	LeaseRemaining time.Duration
+}
+
+// String reads like "steering disabled: not permitted: ...".
+func (s Status) String() string {
+	switch s.State {
+	case StateDisabled, StateLapsed:
+		return fmt.Sprintf("steering %s: %v", s.State, s.Err)
+	case StateOff:
+		return "steering off (kill switch)"
+	}
+	return fmt.Sprintf("steering on (lease %s)", s.LeaseRemaining.Round(time.Millisecond))
+}
+
+// Status returns the current state.
+func (s *Steering) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status
+}
+
+func (s *Steering) setStatus(checkErr error) {
+	st := Status{State: StateSteering, Err: checkErr}
+	if lease := s.conf.LeaseUntil(); lease > monotonicNow() {
+		st.LeaseRemaining = time.Duration(lease - monotonicNow())
+	}
+	switch {
+	case !s.conf.Enabled():
+		st.State = StateOff
+	case checkErr != nil:
+		st.State = StateLapsed
+	case st.LeaseRemaining == 0:
+		st.State = StateLapsed
+		st.Err = errors.New("lease lapsed")
+	}
+	s.mu.Lock()
+	s.status = st
+	s.mu.Unlock()
+}
+
+// counter is a monotonically increasing count read by collectors.
+type counter struct{ n atomic.Uint64 }
+
+func (c *counter) inc()          { c.n.Add(1) }
+func (c *counter) load() float64 { return float64(c.n.Load()) }

@@ -1,0 +1,343 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"github.com/skewgate/skewgate/bpf/steer"
+)
+
+// SteeringConfig configures StartSteering. Zero durations take the defaults.
+type SteeringConfig struct {
+	// PinPath is the directory on a bpffs for the pins, e.g.
+	// /sys/fs/bpf/skewgate. A bpffs is mounted at /sys/fs/bpf if needed.
+	PinPath string
+	// NetNSPath is the network namespace to steer in; DefaultNetNS if empty.
+	NetNSPath string
+	// Targets are the addresses whose new TCP connections go to the proxy,
+	// e.g. node-ip:6443. IPv4 targets match IPv4 connections, IPv6 targets
+	// IPv6 ones.
+	Targets []netip.AddrPort
+	// Exempt lists source prefixes never steered: peer agents, so a
+	// forwarded request never enters a second proxy.
+	Exempt []netip.Prefix
+	// Lease is how long one renewal keeps steering on (default 2s).
+	Lease time.Duration
+	// Renew is the probe and renewal interval (default 500ms); it must be
+	// shorter than Lease. A probe gets Renew as its deadline.
+	Renew time.Duration
+	// Retry is how often a trial lease is granted while probes fail
+	// (default 10s); see Probe.
+	Retry time.Duration
+	// Probe checks the steered path end to end, e.g. an HTTPS request to a
+	// target that must be answered by the proxy. The lease is renewed only
+	// after a successful probe; before that the agent has checked itself
+	// that the SOCKMAP holds this listener. Because a probe through a
+	// lapsed steering reaches the apiserver rather than the proxy, the agent
+	// grants one trial lease at start and then every Retry while probes
+	// fail, so a probe that insists on the proxy's answer can succeed. A
+	// nil Probe always succeeds.
+	Probe func(context.Context) error
+}
+
+func (c *SteeringConfig) setDefaults() error {
+	if c.PinPath == "" {
+		return errors.New("steering config: empty PinPath")
+	}
+	if len(c.Targets) == 0 {
+		return errors.New("steering config: no targets")
+	}
+	if c.NetNSPath == "" {
+		c.NetNSPath = DefaultNetNS
+	}
+	if c.Lease == 0 {
+		c.Lease = 2 * time.Second
+	}
+	if c.Renew == 0 {
+		c.Renew = 500 * time.Millisecond
+	}
+	if c.Retry == 0 {
+		c.Retry = 10 * time.Second
+	}
+	if c.Renew >= c.Lease {
+		return fmt.Errorf("steering config: renew interval %s not shorter than lease %s", c.Renew, c.Lease)
+	}
+	if c.Probe == nil {
+		c.Probe = func(context.Context) error { return nil }
+	}
+	return nil
+}
+
+// Steering is a running steering attachment and its lease. It is also a
+// prometheus.Collector for the steering state and counters.
+type Steering struct {
+	cfg    SteeringConfig
+	objs   steer.SteerObjects
+	link   link.Link
+	conf   *config
+	cookie uint64
+	stats  io.Closer
+
+	mu     sync.Mutex
+	status Status
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	errs   counter
+}
+
+// StartSteering loads, pins and attaches steer in cfg.NetNSPath, puts ln
+// into the SOCKMAP, and renews the lease while cfg.Probe succeeds, until
+// Close or ctx ends.
+//
+// It returns an error only for an invalid cfg or a nil listener. When this
+// machine cannot steer (no privileges, a kernel without sk_lookup, a bpffs
+// that cannot be mounted, pins of another layout version), it returns a
+// Steering whose Status is disabled with the reason, and no error: the proxy
+// keeps serving clients that reach it directly.
+//
+// A pin path used before is re-opened: its maps keep their contents (and so
+// the operator's kill switch), and the pinned link is updated in place with
+// the new program, so steering never lapses across an agent restart. The
+// kill switch starts on only when the pins are created.
+func StartSteering(ctx context.Context, cfg SteeringConfig, ln *net.TCPListener) (*Steering, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if ln == nil {
+		return nil, errors.New("steering: nil listener")
+	}
+	s := &Steering{cfg: cfg, done: make(chan struct{})}
+	if err := s.install(ln); err != nil {
+		s.release()
+		s.status = Status{State: StateDisabled, Err: err}
+		close(s.done)
+		return s, nil
+	}
+	ctx, s.cancel = context.WithCancel(ctx)
+	go s.run(ctx)
+	return s, nil
+}
+
+func (s *Steering) install(ln *net.TCPListener) error {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return classify(fmt.Errorf("remove memlock rlimit: %w", err))
+	}
+	if err := ensurePinDir(s.cfg.PinPath); err != nil {
+		return classify(err)
+	}
+	if err := checkLayout(s.cfg.PinPath); err != nil {
+		return classify(err)
+	}
+	_, statErr := os.Stat(filepath.Join(s.cfg.PinPath, pinSteerConfig))
+	fresh := errors.Is(statErr, os.ErrNotExist)
+
+	spec, err := steer.LoadSteer()
+	if err != nil {
+		return err
+	}
+	if err := loadPinned(spec, s.cfg.PinPath, &s.objs); err != nil {
+		return err
+	}
+	if s.conf, err = mapConfig(s.objs.SteerConfig); err != nil {
+		return classify(err)
+	}
+	if fresh {
+		s.conf.SetEnabled(true)
+	}
+	if err := s.writeTargets(); err != nil {
+		return err
+	}
+	if err := s.insertListener(ln); err != nil {
+		return err
+	}
+	if s.stats, err = ebpf.EnableStats(unix.BPF_STATS_RUN_TIME); err != nil {
+		// Run time metrics are a nicety; steering works without them.
+		s.stats = nil
+	}
+	s.link, err = s.attach()
+	return err
+}
+
+// attach swaps the program into the pinned link, or attaches a new link
+// when there is none or the pinned one was severed (its netns died, or it
+// belongs to another netns).
+func (s *Steering) attach() (link.Link, error) {
+	ino, err := netnsInode(s.cfg.NetNSPath)
+	if err != nil {
+		return nil, err
+	}
+	want := func(info *link.Info) bool {
+		ns := info.NetNs()
+		return ns != nil && uint64(ns.NetnsInode) == ino
+	}
+	return updateOrAttach(filepath.Join(s.cfg.PinPath, pinSteerLink), s.objs.Steer, want, func() (link.Link, error) {
+		f, err := os.Open(s.cfg.NetNSPath)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		return link.AttachNetNs(int(f.Fd()), s.objs.Steer)
+	})
+}
+
+// writeTargets makes steer_targets and steer_exempt equal to the config.
+func (s *Steering) writeTargets() error {
+	targets := map[steer.SteerTarget]bool{}
+	for _, ap := range s.cfg.Targets {
+		targets[targetKey(ap)] = true
+	}
+	if err := syncKeys(s.objs.SteerTargets, targets, steer.SteerDest{}); err != nil {
+		return fmt.Errorf("write steer_targets: %w", err)
+	}
+	exempt := map[steer.SteerPrefixKey]bool{}
+	for _, p := range s.cfg.Exempt {
+		exempt[prefixKey(p)] = true
+	}
+	if err := syncKeys(s.objs.SteerExempt, exempt, steer.SteerExempt{}); err != nil {
+		return fmt.Errorf("write steer_exempt: %w", err)
+	}
+	return nil
+}
+
+// syncKeys puts every key of want with value v and deletes other keys, so
+// a restarted agent with a new config leaves no stale entry.
+func syncKeys[K comparable, V any](m *ebpf.Map, want map[K]bool, v V) error {
+	var stale []K
+	var k K
+	var old V
+	it := m.Iterate()
+	for it.Next(&k, &old) {
+		if !want[k] {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	for _, k := range stale {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	for k := range want {
+		if err := m.Put(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Steering) insertListener(ln *net.TCPListener) error {
+	var err error
+	if s.cookie, err = socketCookie(ln); err != nil {
+		return err
+	}
+	err = controlFD(ln, func(fd int) error {
+		return s.objs.SteerSocket.Update(uint32(0), uint64(fd), ebpf.UpdateAny)
+	})
+	if err != nil {
+		return classify(fmt.Errorf("put listener into steer_socket: %w", err))
+	}
+	return nil
+}
+
+func targetKey(ap netip.AddrPort) steer.SteerTarget {
+	family := uint16(unix.AF_INET6)
+	if ap.Addr().Unmap().Is4() {
+		family = unix.AF_INET
+	}
+	return steer.SteerTarget{Addr: ap.Addr().As16(), Port: ap.Port(), Family: family}
+}
+
+func prefixKey(p netip.Prefix) steer.SteerPrefixKey {
+	p = p.Masked()
+	bits := p.Bits()
+	if p.Addr().Is4() {
+		bits += 96
+	}
+	return steer.SteerPrefixKey{Prefixlen: uint32(bits), Addr: p.Addr().As16()}
+}
+
+func (s *Steering) run(ctx context.Context) {
+	defer close(s.done)
+	var lastTrial, lastOK uint64
+	tick := time.NewTicker(s.cfg.Renew)
+	defer tick.Stop()
+	for {
+		now := monotonicNow()
+		err := s.check(ctx)
+		switch {
+		case err == nil:
+			lastOK = now
+			s.conf.SetLeaseUntil(now + uint64(s.cfg.Lease))
+		case now-lastTrial >= uint64(s.cfg.Retry) && now-lastOK >= uint64(s.cfg.Lease):
+			// Trial: let the next probes go through the proxy.
+			lastTrial = now
+			s.conf.SetLeaseUntil(now + uint64(s.cfg.Lease))
+		}
+		s.setStatus(err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// check verifies the kernel half of the path (our listener is in the
+// SOCKMAP) and then runs the caller's probe.
+func (s *Steering) check(ctx context.Context) error {
+	var cookie uint64
+	if err := s.objs.SteerSocket.Lookup(uint32(0), &cookie); err != nil || cookie != s.cookie {
+		return fmt.Errorf("%w: listener not in steer_socket (closed?)", errNoListener)
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.Renew)
+	defer cancel()
+	if err := s.cfg.Probe(pctx); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	return nil
+}
+
+var errNoListener = errors.New("no listener")
+
+// Close stops renewing the lease and releases this process's handles. The
+// pins stay and steering stays attached: it falls back to the apiserver when
+// the lease lapses (within SteeringConfig.Lease) or at once when the caller
+// closes the listener. Use RemovePins to uninstall.
+func (s *Steering) Close() error {
+	if s.cancel != nil {
+		s.cancel()
+	}
+	<-s.done
+	return s.release()
+}
+
+func (s *Steering) release() error {
+	var errs []error
+	if s.link != nil {
+		errs = append(errs, s.link.Close())
+	}
+	if s.conf != nil {
+		errs = append(errs, s.conf.close())
+	}
+	if s.stats != nil {
+		errs = append(errs, s.stats.Close())
+	}
+	errs = append(errs, s.objs.Close())
+	return errors.Join(errs...)
+}

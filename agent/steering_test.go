@@ -1,0 +1,218 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/link"
+
+	"github.com/skewgate/skewgate/internal/testenv"
+)
+
+const (
+	targetAddr = "198.18.1.1:6443"
+	proxyAddr  = "127.0.0.1:16443"
+)
+
+// node is a throwaway node: a netns with the node address on lo, an
+// "apiserver" greeting "origin" on 0.0.0.0:6443 and a proxy listener
+// greeting "proxy" on 127.0.0.1:16443.
+type node struct {
+	ns    *testNetNS
+	dial  *dialer
+	pins  string
+}
+
+func newNode(t *testing.T) *node {
+	t.Helper()
+	testenv.RequireRoot(t)
+	ns := newTestNetNS(t, netip.PrefixFrom(nodeAddr, 32))
+	serveGreeter(t, "origin", listenIn(t, ns, "0.0.0.0:6443"))
+	n := &node{ns: ns, dial: newDialer(t, ns), pins: testPinPath(t)}
+	return n
+}
+
+func (n *node) steeringConfig() SteeringConfig {
+	return SteeringConfig{
+		PinPath:   n.pins,
+		NetNSPath: n.ns.path,
+		Targets:   []netip.AddrPort{netip.MustParseAddrPort(targetAddr)},
+		Lease:     2 * time.Second,
+		Renew:     100 * time.Millisecond,
+	}
+}
+
+func startSteering(t *testing.T, cfg SteeringConfig, ln *net.TCPListener) *Steering {
+	t.Helper()
+	s, err := StartSteering(context.Background(), cfg, ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if st := s.Status(); st.State == StateDisabled {
+		t.Fatal(st)
+	}
+	return s
+}
+
+func waitState(t *testing.T, s *Steering, want StateName) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Status().State != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("state %s, want %s", s.Status(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSteeringOnOff(t *testing.T) {
+	n := newNode(t)
+	ln := listenIn(t, n.ns, proxyAddr)
+	serveGreeter(t, "proxy", ln)
+
+	if got := n.dial.who(t, targetAddr); got != "origin" {
+		t.Fatalf("before steering: %s answered", got)
+	}
+	s := startSteering(t, n.steeringConfig(), ln)
+	waitState(t, s, StateSteering)
+	open := n.dial.dial(targetAddr)
+	if open.err != nil || open.greet != "proxy" {
+		t.Fatalf("steering on: %q, %v; want proxy", open.greet, open.err)
+	}
+	defer open.conn.Close()
+
+	ctl, err := OpenControl(n.pins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	ctl.SetEnabled(false)
+	off := time.Now()
+	if got := n.dial.who(t, targetAddr); got != "origin" {
+		t.Fatalf("steering off: %s answered the first new connection", got)
+	}
+	t.Logf("steer off → first new connection to origin: %s", time.Since(off))
+	if err := echo(open.conn); err != nil {
+		t.Fatalf("connection opened while steering was on: %v", err)
+	}
+	waitState(t, s, StateOff)
+
+	ctl.SetEnabled(true)
+	if got := n.dial.who(t, targetAddr); got != "proxy" {
+		t.Fatalf("steering back on: %s answered", got)
+	}
+	st, err := ctl.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Steering() || st.Lookups["steered"] < 2 || st.Lookups["off"] < 1 {
+		t.Fatalf("pinned state %s, lookups %v", st, st.Lookups)
+	}
+}
+
+func TestSteeringLeaseExpiry(t *testing.T) {
+	n := newNode(t)
+	ln := listenIn(t, n.ns, proxyAddr)
+	serveGreeter(t, "proxy", ln)
+
+	var failing atomic.Bool
+	cfg := n.steeringConfig()
+	cfg.Retry = time.Hour // no trial leases in this test
+	cfg.Probe = func(context.Context) error {
+		if failing.Load() {
+			return errors.New("proxy unhealthy")
+		}
+		return nil
+	}
+	s := startSteering(t, cfg, ln)
+	waitState(t, s, StateSteering)
+	if got := n.dial.who(t, targetAddr); got != "proxy" {
+		t.Fatalf("leased: %s answered", got)
+	}
+
+	str := startStream(t, n.ns, targetAddr, 100000)
+	failing.Store(true)
+	lapse := time.Now()
+	str.waitGreet(t, "origin", lapse, cfg.Lease+time.Second)
+	str.halt()
+	for _, r := range str.snapshot() {
+		if r.err != nil {
+			t.Errorf("connection at %s failed: %v", r.start.Sub(lapse), r.err)
+		}
+		if r.start.After(lapse.Add(cfg.Lease+cfg.Renew)) && r.greet != "origin" {
+			t.Errorf("connection %s after the probe failed reached %s", r.start.Sub(lapse), r.greet)
+		}
+	}
+	if st := s.Status(); st.State != StateLapsed {
+		t.Fatalf("status %s, want lapsed", st)
+	}
+	failing.Store(false)
+	waitState(t, s, StateSteering)
+	if got := n.dial.who(t, targetAddr); got != "proxy" {
+		t.Fatalf("renewed: %s answered", got)
+	}
+}
+
+// TestSteeringSwap restarts steering over and over in-process (each start
+// swaps the program with link.Update) while connections stream in: every
+// connection must reach the proxy.
+func TestSteeringSwap(t *testing.T) {
+	n := newNode(t)
+	ln := listenIn(t, n.ns, proxyAddr)
+	serveGreeter(t, "proxy", ln)
+
+	cfg := n.steeringConfig()
+	prev := startSteering(t, cfg, ln)
+	waitState(t, prev, StateSteering)
+	linkID := pinnedLinkID(t, n.pins)
+
+	str := startStream(t, n.ns, targetAddr, 100000)
+	const swaps = 20
+	for i := 0; i < swaps; i++ {
+		time.Sleep(20 * time.Millisecond)
+		next := startSteering(t, cfg, ln)
+		prev.Close()
+		prev = next
+	}
+	time.Sleep(20 * time.Millisecond)
+	str.halt()
+	if id := pinnedLinkID(t, n.pins); id != linkID {
+		t.Errorf("link %d replaced by %d: want the same link updated in place", linkID, id)
+	}
+	results := str.snapshot()
+	var failed, origin int
+	for _, r := range results {
+		switch {
+		case r.err != nil:
+			failed++
+			t.Errorf("connection failed: %v", r.err)
+		case r.greet != "proxy":
+			origin++
+		}
+	}
+	t.Logf("%d swaps, %d connections: %d failed, %d not steered", swaps, len(results), failed, origin)
+	if origin > 0 {
+		t.Errorf("%d connections escaped steering during swaps", origin)
+	}
+}
+
+func pinnedLinkID(t *testing.T, pins string) link.ID {
+	t.Helper()
+	l, err := link.LoadPinnedLink(filepath.Join(pins, pinSteerLink), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.ID
+}
