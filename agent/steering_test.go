@@ -24,9 +24,9 @@ const (
 // "apiserver" greeting "origin" on 0.0.0.0:6443 and a proxy listener
 // greeting "proxy" on 127.0.0.1:16443.
 type node struct {
-	ns    *testNetNS
-	dial  *dialer
-	pins  string
+	ns   *testNetNS
+	dial *dialer
+	pins string
 }
 
 func newNode(t *testing.T) *node {
