@@ -34,8 +34,9 @@ func randomSuffix(t testing.TB) string {
 
 // testNetNS is a throwaway network namespace with lo up.
 type testNetNS struct {
-	name string
-	path string
+	name    string
+	path    string
+	deleted bool
 }
 
 // newTestNetNS creates a named namespace sgt-<random> with lo up and addrs
@@ -70,12 +71,21 @@ func newTestNetNS(t testing.TB, addrs ...netip.Prefix) *testNetNS {
 		netns.DeleteNamed(name)
 		t.Fatalf("create netns %s: %v", name, err)
 	}
-	t.Cleanup(func() {
-		if err := netns.DeleteNamed(name); err != nil {
-			t.Errorf("delete netns %s: %v", name, err)
-		}
-	})
-	return &testNetNS{name: name, path: filepath.Join("/run/netns", name)}
+	n := &testNetNS{name: name, path: filepath.Join("/run/netns", name)}
+	t.Cleanup(func() { n.delete(t) })
+	return n
+}
+
+// delete removes the namespace's name; the kernel destroys it once no
+// socket or thread refers to it any more.
+func (n *testNetNS) delete(t testing.TB) {
+	if n.deleted {
+		return
+	}
+	n.deleted = true
+	if err := netns.DeleteNamed(n.name); err != nil {
+		t.Errorf("delete netns %s: %v", n.name, err)
+	}
 }
 
 func setupLo(addrs []netip.Prefix) error {
