@@ -1,0 +1,160 @@
+package route
+
+import (
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Route is where a request goes; its string is the X-Skewgate-Route value
+// and the metrics label.
+type Route string
+
+const (
+	Local       Route = "local"
+	Peer        Route = "peer"
+	Unavailable Route = "unavailable"
+	// Merged is peer-aggregated discovery answered by skewgate itself.
+	Merged Route = "merged"
+)
+
+// Capabilities is what one server serves, from its local discovery.
+type Capabilities interface {
+	Serves(gvr schema.GroupVersionResource, subresource string) bool
+	ServesGroupVersion(gv schema.GroupVersion) bool
+	ServesGroup(group string) bool
+}
+
+// Server is one apiserver as routing sees it at one moment.
+type Server struct {
+	ID      string
+	Healthy bool
+	// Latency is the recent round trip to the server; peers with less are
+	// preferred.
+	Latency time.Duration
+	// Caps is nil until the server's discovery was first fetched.
+	Caps Capabilities
+	// Departed marks a server that left membership within the grace
+	// window: it is never routed to, but what it served is still
+	// "temporarily unavailable", not absent.
+	Departed bool
+}
+
+// Table is the snapshot routing decides on.
+type Table struct {
+	Local Server
+	Peers []Server
+}
+
+// Decision is the outcome for one request.
+type Decision struct {
+	Route Route
+	// Servers are the candidates in order of preference: the local server
+	// for Local, capable healthy peers for Peer (a failover walks them),
+	// the capable but unreachable ones for Unavailable.
+	Servers []string
+	Rule    int
+	Reason  string
+}
+
+// Decide applies the routing contract (DESIGN.md, "Routing rules") to a
+// classified request. clientKey identifies the client (its user or
+// address) so that its watches stick to one server while the set of
+// capable servers is stable. A request proxied by a verified peer has
+// fromPeer set and is always local: one hop, never a loop.
+func Decide(req Request, t *Table, fromPeer bool, clientKey string) Decision {
+	if fromPeer {
+		return local(t, 2, "proxied by a verified peer: answered locally, never proxied twice")
+	}
+	serves, what := capability(req)
+	if serves == nil {
+		return local(t, 1, fmt.Sprintf("%s request: answered locally", req.Kind))
+	}
+	if t.Local.Caps == nil || serves(t.Local.Caps) {
+		if t.Local.Caps == nil {
+			return local(t, 3, "local discovery not fetched yet: answered locally")
+		}
+		return local(t, 3, "local server serves "+what)
+	}
+	var healthy, down []Server
+	for _, p := range t.Peers {
+		if p.Caps == nil || !serves(p.Caps) {
+			continue
+		}
+		if p.Healthy && !p.Departed {
+			healthy = append(healthy, p)
+		} else {
+			down = append(down, p)
+		}
+	}
+	if len(healthy) > 0 {
+		order(healthy, req, clientKey)
+		return Decision{Route: Peer, Servers: ids(healthy), Rule: 4,
+			Reason: fmt.Sprintf("local server does not serve %s; %d healthy peer(s) do", what, len(healthy))}
+	}
+	if len(down) > 0 {
+		return Decision{Route: Unavailable, Servers: ids(down), Rule: 5,
+			Reason: fmt.Sprintf("only unhealthy or departed peers serve %s", what)}
+	}
+	return local(t, 6, "no server serves "+what+": the local server's 404 is genuine")
+}
+
+func local(t *Table, rule int, reason string) Decision {
+	return Decision{Route: Local, Servers: []string{t.Local.ID}, Rule: rule, Reason: reason}
+}
+
+// capability returns the question to ask of each server's capabilities,
+// and what it is about; nil for requests that are always local.
+func capability(req Request) (func(Capabilities) bool, string) {
+	switch req.Kind {
+	case Resource:
+		what := req.GVR.String()
+		if req.Subresource != "" {
+			what += "/" + req.Subresource
+		}
+		return func(c Capabilities) bool { return c.Serves(req.GVR, req.Subresource) }, what
+	case DiscoveryGroup, OpenAPIGroupVersion:
+		if req.GV.Version == "" {
+			return func(c Capabilities) bool { return c.ServesGroup(req.GV.Group) }, "group " + req.GV.Group
+		}
+		return func(c Capabilities) bool { return c.ServesGroupVersion(req.GV) }, req.GV.String()
+	}
+	return nil, ""
+}
+
+// order sorts capable peers by latency, or for a watch by a rendezvous hash
+// of the client, so one client's watches keep landing on the same server
+// while the capable set does not change.
+func order(peers []Server, req Request, clientKey string) {
+	if req.Watch() {
+		sort.SliceStable(peers, func(i, j int) bool {
+			return weight(clientKey, peers[i].ID) > weight(clientKey, peers[j].ID)
+		})
+		return
+	}
+	sort.SliceStable(peers, func(i, j int) bool {
+		if peers[i].Latency != peers[j].Latency {
+			return peers[i].Latency < peers[j].Latency
+		}
+		return peers[i].ID < peers[j].ID
+	})
+}
+
+func weight(client, server string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(client))
+	h.Write([]byte{0})
+	h.Write([]byte(server))
+	return h.Sum64()
+}
+
+func ids(servers []Server) []string {
+	out := make([]string, len(servers))
+	for i, s := range servers {
+		out[i] = s.ID
+	}
+	return out
+}

@@ -1,0 +1,177 @@
+package route
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func TestClassify(t *testing.T) {
+	c := NewClassifier()
+	workloads := schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "workloads"}
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	cases := []struct {
+		method, path string
+		want         Request
+	}{
+		{"GET", "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads", Request{Kind: Resource, Verb: "list", GVR: workloads}},
+		{"GET", "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads?watch=true", Request{Kind: Resource, Verb: "watch", GVR: workloads}},
+		{"GET", "/apis/scheduling.k8s.io/v1alpha2/workloads", Request{Kind: Resource, Verb: "list", GVR: workloads}},
+		{"POST", "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads", Request{Kind: Resource, Verb: "create", GVR: workloads}},
+		{"DELETE", "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads/w", Request{Kind: Resource, Verb: "delete", GVR: workloads}},
+		{"GET", "/api/v1/namespaces/default/pods/p/log", Request{Kind: Resource, Verb: "get", GVR: pods, Subresource: "log"}},
+		{"POST", "/api/v1/namespaces/default/pods/p/exec", Request{Kind: Resource, Verb: "create", GVR: pods, Subresource: "exec"}},
+		{"GET", "/api/v1/namespaces", Request{Kind: Resource, Verb: "list", GVR: schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}}},
+		{"GET", "/api", Request{Kind: DiscoveryRoot, Verb: "get"}},
+		{"GET", "/apis", Request{Kind: DiscoveryRoot, Verb: "get"}},
+		{"GET", "/api/v1", Request{Kind: DiscoveryGroup, Verb: "get", GV: schema.GroupVersion{Version: "v1"}}},
+		{"GET", "/apis/scheduling.k8s.io", Request{Kind: DiscoveryGroup, Verb: "get", GV: schema.GroupVersion{Group: "scheduling.k8s.io"}}},
+		{"GET", "/apis/scheduling.k8s.io/v1alpha2", Request{Kind: DiscoveryGroup, Verb: "get", GV: workloads.GroupVersion()}},
+		{"GET", "/openapi/v3/apis/scheduling.k8s.io/v1alpha2", Request{Kind: OpenAPIGroupVersion, Verb: "get", GV: workloads.GroupVersion()}},
+		{"GET", "/openapi/v3/api/v1", Request{Kind: OpenAPIGroupVersion, Verb: "get", GV: schema.GroupVersion{Version: "v1"}}},
+		{"GET", "/version", Request{Kind: Other, Verb: "get"}},
+		{"GET", "/healthz", Request{Kind: Other, Verb: "get"}},
+		{"GET", "/openapi/v3", Request{Kind: Other, Verb: "get"}},
+	}
+	for _, tc := range cases {
+		got, err := c.Classify(httptest.NewRequest(tc.method, tc.path, nil))
+		if err != nil {
+			t.Errorf("%s %s: %v", tc.method, tc.path, err)
+			continue
+		}
+		got.Path = ""
+		if got != tc.want {
+			t.Errorf("%s %s = %+v, want %+v", tc.method, tc.path, got, tc.want)
+		}
+	}
+}
+
+func FuzzClassify(f *testing.F) {
+	for _, p := range []string{"/apis/a/b/namespaces/c/d/e/f", "/api/v1/namespaces//pods", "/apis//", "/openapi/v3/apis/x/y", "/%2e%2e/apis", "/apis/g/v/watch/namespaces/n/r"} {
+		f.Add("GET", p, "watch=true")
+	}
+	c := NewClassifier()
+	f.Fuzz(func(t *testing.T, method, path, query string) {
+		r := &http.Request{Method: method, URL: &url.URL{Path: path, RawQuery: query}}
+		req, err := c.Classify(r.WithContext(t.Context()))
+		if err != nil {
+			return
+		}
+		Decide(req, table(caps{}, peer("b", true, 0, caps{})), false, "k")
+	})
+}
+
+// caps is a set of "group/version/resource[/sub]" strings.
+type caps map[string]bool
+
+func (c caps) Serves(gvr schema.GroupVersionResource, sub string) bool {
+	k := gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
+	if sub != "" {
+		k += "/" + sub
+	}
+	return c[k]
+}
+func (c caps) ServesGroupVersion(gv schema.GroupVersion) bool {
+	for k := range c {
+		if _, v := gvOf(k); v == gv.Group+"/"+gv.Version {
+			return true
+		}
+	}
+	return false
+}
+
+func (c caps) ServesGroup(g string) bool {
+	for k := range c {
+		if group, _ := gvOf(k); group == g {
+			return true
+		}
+	}
+	return false
+}
+
+// gvOf splits a caps key into its group and group/version.
+func gvOf(k string) (group, gv string) {
+	p := strings.SplitN(k, "/", 3)
+	return p[0], p[0] + "/" + p[1]
+}
+
+func peer(id string, healthy bool, lat time.Duration, c Capabilities) Server {
+	return Server{ID: id, Healthy: healthy, Latency: lat, Caps: c}
+}
+
+func table(local Capabilities, peers ...Server) *Table {
+	return &Table{Local: Server{ID: "a", Healthy: true, Caps: local}, Peers: peers}
+}
+
+func TestDecide(t *testing.T) {
+	oldCaps := caps{"/v1/pods": true, "/v1/pods/log": true}
+	newCaps := caps{"/v1/pods": true, "/v1/pods/log": true, "/v1/pods/resize": true, "scheduling.k8s.io/v1alpha2/workloads": true}
+	workloads := Request{Kind: Resource, Verb: "list", GVR: schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "workloads"}}
+	pods := Request{Kind: Resource, Verb: "get", GVR: schema.GroupVersionResource{Version: "v1", Resource: "pods"}}
+	resize := pods
+	resize.Subresource = "resize"
+	widgets := Request{Kind: Resource, Verb: "list", GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}}
+	groupOnly := Request{Kind: DiscoveryGroup, Verb: "get", GV: schema.GroupVersion{Group: "scheduling.k8s.io"}}
+	openapi := Request{Kind: OpenAPIGroupVersion, Verb: "get", GV: schema.GroupVersion{Group: "scheduling.k8s.io", Version: "v1alpha2"}}
+
+	departed := peer("c", true, 0, newCaps)
+	departed.Departed = true
+	cases := []struct {
+		name     string
+		req      Request
+		t        *Table
+		fromPeer bool
+		route    Route
+		rule     int
+		servers  []string
+	}{
+		{"non-resource", Request{Kind: Other, Verb: "get"}, table(oldCaps, peer("b", true, 0, newCaps)), false, Local, 1, []string{"a"}},
+		{"verified peer", workloads, table(oldCaps, peer("b", true, 0, newCaps)), true, Local, 2, []string{"a"}},
+		{"local serves", pods, table(oldCaps, peer("b", true, 0, newCaps)), false, Local, 3, []string{"a"}},
+		{"local discovery unknown", workloads, table(nil, peer("b", true, 0, newCaps)), false, Local, 3, []string{"a"}},
+		{"peer serves", workloads, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},
+		{"peer serves subresource", resize, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},
+		{"lowest latency first", workloads, table(oldCaps, peer("b", true, 9*time.Millisecond, newCaps), peer("c", true, time.Millisecond, newCaps)), false, Peer, 4, []string{"c", "b"}},
+		{"unhealthy peer skipped", workloads, table(oldCaps, peer("b", false, 0, newCaps), peer("c", true, 0, newCaps)), false, Peer, 4, []string{"c"}},
+		{"peers down", workloads, table(oldCaps, peer("b", false, 0, newCaps)), false, Unavailable, 5, []string{"b"}},
+		{"departed within grace", workloads, table(oldCaps, departed), false, Unavailable, 5, []string{"c"}},
+		{"peer discovery unknown", workloads, table(oldCaps, peer("b", true, 0, nil)), false, Local, 6, []string{"a"}},
+		{"nobody serves", widgets, table(oldCaps, peer("b", true, 0, newCaps)), false, Local, 6, []string{"a"}},
+		{"group discovery of peer-only group", groupOnly, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},
+		{"openapi of peer-only gv", openapi, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},
+		{"openapi of local gv", Request{Kind: OpenAPIGroupVersion, Verb: "get", GV: schema.GroupVersion{Version: "v1"}}, table(oldCaps, peer("b", true, 0, newCaps)), false, Local, 3, []string{"a"}},
+	}
+	for _, tc := range cases {
+		d := Decide(tc.req, tc.t, tc.fromPeer, "client")
+		if d.Route != tc.route || d.Rule != tc.rule || !slices.Equal(d.Servers, tc.servers) {
+			t.Errorf("%s: got %s rule %d %v (%s), want %s rule %d %v", tc.name, d.Route, d.Rule, d.Servers, d.Reason, tc.route, tc.rule, tc.servers)
+		}
+		if d.Reason == "" {
+			t.Errorf("%s: decision without a reason", tc.name)
+		}
+	}
+}
+
+func TestWatchSticksToOneServer(t *testing.T) {
+	newCaps := caps{"scheduling.k8s.io/v1alpha2/workloads": true}
+	watch := Request{Kind: Resource, Verb: "watch", GVR: schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "workloads"}}
+	seen := map[string]bool{}
+	for i := 0; i < 50; i++ {
+		client := string(rune('a' + i%26))
+		first := Decide(watch, table(caps{}, peer("b", true, time.Duration(i), newCaps), peer("c", true, time.Duration(50-i), newCaps)), false, client).Servers[0]
+		again := Decide(watch, table(caps{}, peer("c", true, 0, newCaps), peer("b", true, 0, newCaps)), false, client).Servers[0]
+		if first != again {
+			t.Fatalf("client %s: watch went to %s, then %s, while the capable set did not change", client, first, again)
+		}
+		seen[first] = true
+	}
+	if len(seen) != 2 {
+		t.Errorf("all clients' watches on %v: stickiness must still spread clients", seen)
+	}
+}
