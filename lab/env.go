@@ -93,7 +93,7 @@ func (p *Plane) WriteEnv(extra map[string]string) error {
 	for k, v := range extra {
 		vars[k] = v
 	}
-	return os.WriteFile(EnvPath(p.Dir), []byte(FormatEnv(vars)), 0o644)
+	return writeFile(EnvPath(p.Dir), FormatEnv(vars))
 }
 
 func (p *Plane) writeClientFiles() error {
@@ -120,3 +120,5 @@ func writeKubeconfig(path string, n Node, pki *PKI) error {
 	}
 	return nil
 }
+
+func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // netnsDir is where named network namespaces are bind-mounted, so `ip netns`
@@ -127,8 +128,10 @@ func deleteNodeNetwork(name string) error {
 			errs = append(errs, fmt.Errorf("delete netns %s: %w", name, err))
 		}
 	}
+	// The root end usually dies with the namespace, possibly between the
+	// lookup and the delete.
 	if link, err := netlink.LinkByName(vethName(name)); err == nil {
-		if err := netlink.LinkDel(link); err != nil {
+		if err := netlink.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
 			errs = append(errs, fmt.Errorf("delete %s: %w", vethName(name), err))
 		}
 	}

@@ -1,0 +1,108 @@
+package lab
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseNodesOrdersOldFirst(t *testing.T) {
+	s, err := ParseNodes("node-c=v1.36.3, node-a=v1.35.4,node-b=v1.36.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range s.Nodes {
+		got = append(got, n.Name+"@"+n.IP.String())
+	}
+	want := []string{"node-a@198.18.0.2", "node-c@198.18.0.1", "node-b@198.18.0.3"}
+	if !slices.Equal(got, want) {
+		t.Errorf("nodes = %v, want %v (oldest first, addresses by position)", got, want)
+	}
+}
+
+func TestParseNodesRejects(t *testing.T) {
+	for _, in := range []string{"", "node-a", "node-a=1.35", "Node=v1.35.4", "a-very-long-name=v1.35.4", "a=v1.35.4,a=v1.36.3"} {
+		if _, err := ParseNodes(in); err == nil {
+			t.Errorf("ParseNodes(%q) accepted", in)
+		}
+	}
+}
+
+func TestAPIServerArgs(t *testing.T) {
+	spec := DefaultSpec()
+	pki := NewPKIPaths("/pki", spec.Nodes)
+	old, _ := spec.nodeByName("node-a")
+	cur, _ := spec.nodeByName("node-b")
+	oldArgs := strings.Join(APIServerArgs(spec, old, pki), " ")
+	newArgs := strings.Join(APIServerArgs(spec, cur, pki), " ")
+	for _, want := range []string{
+		"--advertise-address=198.18.0.1", "--authorization-mode=Node,RBAC",
+		"--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-", "--requestheader-allowed-names=front-proxy-client",
+		"--proxy-client-cert-file=/pki/front-proxy-client.crt", "--tls-cert-file=/pki/node-a-serving.crt",
+		"--feature-gates=UnknownVersionInteroperabilityProxy=false",
+	} {
+		if !strings.Contains(oldArgs, want) {
+			t.Errorf("node-a args lack %s", want)
+		}
+	}
+	if strings.Contains(oldArgs, "v1alpha2") || strings.Contains(oldArgs, "GenericWorkload") {
+		t.Error("a 1.35 node must not be asked for scheduling.k8s.io/v1alpha2")
+	}
+	for _, want := range []string{"--runtime-config=scheduling.k8s.io/v1alpha2=true", "GenericWorkload=true"} {
+		if !strings.Contains(newArgs, want) {
+			t.Errorf("node-b args lack %s", want)
+		}
+	}
+	if strings.Contains(newArgs, "--peer-ca-file") {
+		t.Error("peer CA set while the in-tree proxy is off")
+	}
+	spec.InTreeProxy = true
+	if args := strings.Join(APIServerArgs(spec, cur, pki), " "); !strings.Contains(args, "UnknownVersionInteroperabilityProxy=true") ||
+		!strings.Contains(args, "--peer-ca-file=/pki/ca.crt") {
+		t.Errorf("in-tree proxy args incomplete: %s", args)
+	}
+}
+
+func (s Spec) nodeByName(name string) (Node, bool) {
+	return (&Plane{Spec: s}).Node(name)
+}
+
+func TestParseStagingReplaces(t *testing.T) {
+	gomod := "module k8s.io/kubernetes\n\nreplace (\n\tk8s.io/api => ./staging/src/k8s.io/api\n\tk8s.io/client-go => ./staging/src/k8s.io/client-go\n\tgithub.com/x/y => github.com/x/y v1.0.0\n)\n"
+	got := parseStagingReplaces(gomod, "v0.35.4")
+	want := []string{"replace k8s.io/api => k8s.io/api v0.35.4", "replace k8s.io/client-go => k8s.io/client-go v0.35.4"}
+	if !slices.Equal(got, want) {
+		t.Errorf("replaces = %q, want %q", got, want)
+	}
+}
+
+func TestEnvRoundTrip(t *testing.T) {
+	spec := DefaultSpec()
+	p := &Plane{Dir: "/lab", Spec: spec, PKI: NewPKIPaths("/lab/pki", spec.Nodes)}
+	vars := p.Env()
+	vars["ODD"] = "it's $HOME"
+	path := t.TempDir() + "/env"
+	if err := writeFile(path, FormatEnv(vars)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseEnv(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range vars {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	for _, k := range []string{"LAB_NODES", "LAB_NODE_A_URL", "LAB_NODE_B_VERSION", "LAB_NODE_A_KUBECONFIG", "LAB_CA_FILE",
+		"LAB_ADMIN_CERT", "LAB_USER_KEY", "LAB_FRONT_PROXY_CERT", "LAB_ETCD_URL", "LAB_NODE_B_SERVING_KEY", "LAB_NODE_B_IP"} {
+		if got[k] == "" {
+			t.Errorf("env lacks %s", k)
+		}
+	}
+	if got["LAB_NODES"] != "node-a node-b" || got["LAB_NODE_B_URL"] != "https://198.18.0.2:6443" {
+		t.Errorf("LAB_NODES=%q LAB_NODE_B_URL=%q", got["LAB_NODES"], got["LAB_NODE_B_URL"])
+	}
+}
