@@ -25,9 +25,14 @@ var (
 // classify wraps err with the sentinel that tells an operator what to fix:
 // privileges, kernel, or stale pins. Other errors are returned as they are.
 func classify(err error) error {
+	var verr *ebpf.VerifierError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &verr):
+		// The verifier's EACCES/EINVAL means this kernel rejects the
+		// program, not that the caller lacks privileges.
+		return fmt.Errorf("%w: %w", ErrNotSupported, err)
 	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES), errors.Is(err, os.ErrPermission):
 		return fmt.Errorf("%w: %w", ErrNotPermitted, err)
 	case errors.Is(err, ebpf.ErrNotSupported), errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENOTSUP):

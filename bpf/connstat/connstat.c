@@ -206,10 +206,10 @@ static __always_inline void sock_addrs(struct bpf_sock_ops *skops, __u8 local[16
 		addr_from_ip4(remote, skops->remote_ip4);
 		return;
 	}
-	addr_from_ip6(local, skops->local_ip6[0], skops->local_ip6[1], skops->local_ip6[2],
-		      skops->local_ip6[3]);
-	addr_from_ip6(remote, skops->remote_ip6[0], skops->remote_ip6[1], skops->remote_ip6[2],
-		      skops->remote_ip6[3]);
+	addr_from_ip6(local, ctx_u32(skops->local_ip6[0]), ctx_u32(skops->local_ip6[1]), ctx_u32(skops->local_ip6[2]),
+		      ctx_u32(skops->local_ip6[3]));
+	addr_from_ip6(remote, ctx_u32(skops->remote_ip6[0]), ctx_u32(skops->remote_ip6[1]), ctx_u32(skops->remote_ip6[2]),
+		      ctx_u32(skops->remote_ip6[3]));
 }
 
 static __always_inline struct sock_state *track(struct bpf_sock_ops *skops, struct hop_key *key,
@@ -254,13 +254,14 @@ static __always_inline void on_connect(struct bpf_sock_ops *skops)
 
 static __always_inline void on_active_established(struct bpf_sock_ops *skops)
 {
+	struct bpf_sock *sk = skops->sk;
 	struct sock_state *st;
 	struct hop_counters *c;
 	__u64 us;
 
-	if (!skops->sk)
+	if (!sk)
 		return;
-	st = bpf_sk_storage_get(&connstat_socks, skops->sk, 0, 0);
+	st = bpf_sk_storage_get(&connstat_socks, sk, 0, 0);
 	if (!st)
 		return;
 	st->established = 1;
@@ -318,13 +319,14 @@ static __always_inline void on_passive_established(struct bpf_sock_ops *skops)
 
 static __always_inline void on_close(struct bpf_sock_ops *skops)
 {
+	struct bpf_sock *sk = skops->sk;
 	struct sock_state *st;
 	struct hop_counters *c;
 	__u32 rtt;
 
-	if (!skops->sk)
+	if (!sk)
 		return;
-	st = bpf_sk_storage_get(&connstat_socks, skops->sk, 0, 0);
+	st = bpf_sk_storage_get(&connstat_socks, sk, 0, 0);
 	if (!st)
 		return;
 	c = counters(&st->key);
@@ -340,7 +342,7 @@ static __always_inline void on_close(struct bpf_sock_ops *skops)
 			observe(&st->key, METRIC_MIN_RTT, rtt);
 		}
 	}
-	bpf_sk_storage_delete(&connstat_socks, skops->sk);
+	bpf_sk_storage_delete(&connstat_socks, sk);
 }
 
 SEC("sockops")

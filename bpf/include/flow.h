@@ -44,6 +44,13 @@ struct {
 	__type(value, struct flow_value);
 } steered_flows SEC(".maps");
 
+/*
+ * ctx_u32 reads one 32-bit context field. The volatile load keeps clang from
+ * merging neighbouring fields into one 64-bit load, which the verifier
+ * rejects for context structs.
+ */
+#define ctx_u32(field) (*(volatile __u32 *)&(field))
+
 static __always_inline void addr_from_ip4(__u8 addr[16], __u32 ip4)
 {
 	__builtin_memset(addr, 0, 10);

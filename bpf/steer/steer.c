@@ -122,8 +122,8 @@ static __always_inline bool local_addr(struct bpf_sk_lookup *ctx, __u8 addr[16])
 		return true;
 	}
 	if (ctx->family == AF_INET6) {
-		addr_from_ip6(addr, ctx->local_ip6[0], ctx->local_ip6[1], ctx->local_ip6[2],
-			      ctx->local_ip6[3]);
+		addr_from_ip6(addr, ctx_u32(ctx->local_ip6[0]), ctx_u32(ctx->local_ip6[1]), ctx_u32(ctx->local_ip6[2]),
+			      ctx_u32(ctx->local_ip6[3]));
 		return true;
 	}
 	return false;
@@ -134,8 +134,8 @@ static __always_inline void remote_addr(struct bpf_sk_lookup *ctx, __u8 addr[16]
 	if (ctx->family == AF_INET)
 		addr_from_ip4(addr, ctx->remote_ip4);
 	else
-		addr_from_ip6(addr, ctx->remote_ip6[0], ctx->remote_ip6[1], ctx->remote_ip6[2],
-			      ctx->remote_ip6[3]);
+		addr_from_ip6(addr, ctx_u32(ctx->remote_ip6[0]), ctx_u32(ctx->remote_ip6[1]), ctx_u32(ctx->remote_ip6[2]),
+			      ctx_u32(ctx->remote_ip6[3]));
 }
 
 /* record_flow tells connstat that this flow is the proxy's (see flow.h). */

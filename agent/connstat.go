@@ -1,0 +1,236 @@
+package agent
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"github.com/skewgate/skewgate/bpf/connstat"
+)
+
+// ConnStatConfig configures StartConnStat. Zero values take the defaults.
+type ConnStatConfig struct {
+	// PinPath is the pin directory shared with steering, so connstat finds
+	// the flows steer recorded (steered_flows).
+	PinPath string
+	// NetNSPath is the network namespace whose sockets are counted;
+	// DefaultNetNS if empty.
+	NetNSPath string
+	// CgroupPath is the cgroup v2 directory to attach to; the cgroup v2
+	// root from /proc/self/mountinfo if empty (/sys/fs/cgroup or, on hybrid
+	// hosts, /sys/fs/cgroup/unified). The root sees every socket on the host.
+	CgroupPath string
+	// UpstreamPort is the apiservers' port, 6443 if zero: outgoing
+	// connections to it are proxy→local or proxy→peer hops.
+	UpstreamPort uint16
+	// ProxyPort is the proxy listener's port: connections accepted on it
+	// directly (not steered) count as client→proxy too. Zero: none.
+	ProxyPort uint16
+	// Local lists the addresses of the local apiserver; 127.0.0.0/8 and ::1
+	// if empty. Every other address at UpstreamPort is a peer.
+	Local []netip.Prefix
+	// Clients lists addresses whose outgoing connections are not a hop:
+	// the steered targets, which the proxy's own probe or a node-local
+	// client dials and which connstat counts on the accepting side.
+	Clients []netip.Prefix
+}
+
+func (c *ConnStatConfig) setDefaults() error {
+	if c.PinPath == "" {
+		return errors.New("connstat config: empty PinPath")
+	}
+	if c.NetNSPath == "" {
+		c.NetNSPath = DefaultNetNS
+	}
+	if c.UpstreamPort == 0 {
+		c.UpstreamPort = 6443
+	}
+	if len(c.Local) == 0 {
+		c.Local = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	}
+	return nil
+}
+
+// ConnStat is the attached connstat program. It is a prometheus.Collector
+// for the per-hop TCP metrics.
+type ConnStat struct {
+	cfg   ConnStatConfig
+	objs  connstat.ConnstatObjects
+	link  link.Link
+	stats io.Closer
+
+	mu     sync.Mutex
+	status Status
+	errs   counter
+}
+
+// StartConnStat loads, pins and attaches connstat to the cgroup v2 root,
+// counting sockets of cfg.NetNSPath only.
+//
+// Like StartSteering it returns an error only for an invalid cfg; when
+// this machine cannot run it, the ConnStat's Status is disabled with the
+// reason and the collector exports no TCP metrics. A pinned link is updated
+// in place with the new program.
+func StartConnStat(cfg ConnStatConfig) (*ConnStat, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	c := &ConnStat{cfg: cfg, status: Status{State: StateSteering}}
+	if err := c.install(); err != nil {
+		c.release()
+		c.status = Status{State: StateDisabled, Err: err}
+	}
+	return c, nil
+}
+
+func (c *ConnStat) install() error {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return classify(fmt.Errorf("remove memlock rlimit: %w", err))
+	}
+	if err := ensurePinDir(c.cfg.PinPath); err != nil {
+		return classify(err)
+	}
+	if err := checkLayout(c.cfg.PinPath); err != nil {
+		return classify(err)
+	}
+	if c.cfg.CgroupPath == "" {
+		p, err := cgroup2Root()
+		if err != nil {
+			return classify(err)
+		}
+		c.cfg.CgroupPath = p
+	}
+	spec, err := connstat.LoadConnstat()
+	if err != nil {
+		return err
+	}
+	if err := loadPinned(spec, c.cfg.PinPath, &c.objs); err != nil {
+		return err
+	}
+	if err := c.writeConfig(); err != nil {
+		return err
+	}
+	if c.stats, err = ebpf.EnableStats(unix.BPF_STATS_RUN_TIME); err != nil {
+		c.stats = nil // run time metrics stay 0
+	}
+	c.link, err = c.attach()
+	return err
+}
+
+func (c *ConnStat) writeConfig() error {
+	cookie, err := netnsCookie(c.cfg.NetNSPath)
+	if err != nil {
+		return classify(err)
+	}
+	cfg := connstat.ConnstatConfig{NetnsCookie: cookie, UpstreamPort: c.cfg.UpstreamPort, ProxyPort: c.cfg.ProxyPort}
+	if err := c.objs.ConnstatConfig.Put(uint32(0), cfg); err != nil {
+		return fmt.Errorf("write connstat_config: %w", err)
+	}
+	up := map[connstat.ConnstatPrefixKey]connstat.ConnstatHop{
+		cPrefixKey(netip.MustParsePrefix("0.0.0.0/0")): connstat.ConnstatHopHOP_PROXY_PEER,
+		cPrefixKey(netip.MustParsePrefix("::/0")):      connstat.ConnstatHopHOP_PROXY_PEER,
+	}
+	for _, p := range c.cfg.Local {
+		up[cPrefixKey(p)] = connstat.ConnstatHopHOP_PROXY_LOCAL
+	}
+	for _, p := range c.cfg.Clients {
+		up[cPrefixKey(p)] = connstat.ConnstatHopHOP_NONE
+	}
+	return syncUpstreams(c.objs.ConnstatUpstreams, up)
+}
+
+func syncUpstreams(m *ebpf.Map, want map[connstat.ConnstatPrefixKey]connstat.ConnstatHop) error {
+	keys := make(map[connstat.ConnstatPrefixKey]bool, len(want))
+	for k := range want {
+		keys[k] = true
+	}
+	if err := syncKeys(m, keys, connstat.ConnstatUpstream{}); err != nil {
+		return fmt.Errorf("write connstat_upstreams: %w", err)
+	}
+	for k, hop := range want {
+		if err := m.Put(k, connstat.ConnstatUpstream{Hop: hop}); err != nil {
+			return fmt.Errorf("write connstat_upstreams: %w", err)
+		}
+	}
+	return nil
+}
+
+func cPrefixKey(p netip.Prefix) connstat.ConnstatPrefixKey {
+	k := prefixKey(p)
+	return connstat.ConnstatPrefixKey{Prefixlen: k.Prefixlen, Addr: k.Addr}
+}
+
+func (c *ConnStat) attach() (link.Link, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(c.cfg.CgroupPath, &st); err != nil {
+		return nil, fmt.Errorf("stat cgroup %s: %w", c.cfg.CgroupPath, err)
+	}
+	want := func(info *link.Info) bool {
+		cg := info.Cgroup()
+		return cg != nil && cg.CgroupId == st.Ino
+	}
+	return updateOrAttach(filepath.Join(c.cfg.PinPath, pinConnLink), c.objs.Connstat, want, func() (link.Link, error) {
+		return link.AttachCgroup(link.CgroupOptions{
+			Path:    c.cfg.CgroupPath,
+			Attach:  ebpf.AttachCGroupSockOps,
+			Program: c.objs.Connstat,
+		})
+	})
+}
+
+// cgroup2Root finds the cgroup v2 mount of this mount namespace.
+func cgroup2Root() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// "36 25 0:30 / /sys/fs/cgroup/unified rw,... - cgroup2 cgroup2 rw"
+		fields := strings.Fields(sc.Text())
+		for i, fld := range fields {
+			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && fields[3] == "/" {
+				return fields[4], nil
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", err
+	}
+	return "", fmt.Errorf("%w: no cgroup2 mount", ErrNotSupported)
+}
+
+// Status reports whether connstat runs, and why not.
+func (c *ConnStat) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.status
+}
+
+// Close releases this process's handles. The program stays attached
+// through its pinned link; RemovePins detaches it.
+func (c *ConnStat) Close() error { return c.release() }
+
+func (c *ConnStat) release() error {
+	var errs []error
+	if c.link != nil {
+		errs = append(errs, c.link.Close())
+	}
+	if c.stats != nil {
+		errs = append(errs, c.stats.Close())
+	}
+	errs = append(errs, c.objs.Close())
+	return errors.Join(errs...)
+}

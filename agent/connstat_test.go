@@ -1,0 +1,179 @@
+package agent
+
+import (
+	"math"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func startConnStat(t *testing.T, cfg ConnStatConfig) *ConnStat {
+	t.Helper()
+	c, err := StartConnStat(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if st := c.Status(); st.State == StateDisabled {
+		t.Fatal(st)
+	}
+	return c
+}
+
+func hopsByKey(t *testing.T, c *ConnStat) map[string]HopStats {
+	t.Helper()
+	hops, err := c.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]HopStats{}
+	for _, h := range hops {
+		out[h.Hop+" "+h.Server.String()] = h
+	}
+	return out
+}
+
+// TestConnStatHops makes connections of every hop in one node namespace and
+// checks they land on the right hop and server, and that sockets of another
+// namespace and the apiserver's own accepted connections are not counted.
+func TestConnStatHops(t *testing.T) {
+	peer := netip.MustParseAddr("198.18.1.2")
+	n := newNode(t)
+	// The "peer apiserver" is the node's origin listener on a second address.
+	n.ns.do(t, func() error { return setupLo([]netip.Prefix{netip.PrefixFrom(peer, 32)}) })
+	ln := listenIn(t, n.ns, proxyAddr)
+	serveGreeter(t, "proxy", ln)
+	s := startSteering(t, n.steeringConfig(), ln)
+	waitState(t, s, StateSteering)
+	c := startConnStat(t, ConnStatConfig{
+		PinPath:   n.pins,
+		NetNSPath: n.ns.path,
+		ProxyPort: 16443,
+		Clients:   []netip.Prefix{netip.PrefixFrom(nodeAddr, 32)},
+	})
+
+	other := newTestNetNS(t)
+	serveGreeter(t, "other", listenIn(t, other, "127.0.0.1:6443"))
+	otherDial := newDialer(t, other)
+
+	dials := []struct {
+		addr  string
+		times int
+		want  string
+	}{
+		{targetAddr, 5, "proxy"},
+		{proxyAddr, 1, "proxy"},
+		{"127.0.0.1:6443", 3, "origin"},
+		{"198.18.1.2:6443", 4, "origin"},
+	}
+	for _, d := range dials {
+		for i := 0; i < d.times; i++ {
+			if got := n.dial.who(t, d.addr); got != d.want {
+				t.Fatalf("%s answered %s", d.addr, got)
+			}
+		}
+	}
+	for i := 0; i < 3; i++ {
+		otherDial.who(t, "127.0.0.1:6443")
+	}
+
+	want := map[string]uint64{
+		HopClientProxy + " 198.18.1.1:6443": 5,
+		HopClientProxy + " 127.0.0.1:16443": 1,
+		HopProxyLocal + " 127.0.0.1:6443":   3,
+		HopProxyPeer + " 198.18.1.2:6443":   4,
+	}
+	var hops map[string]HopStats
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		hops = hopsByKey(t, c)
+		if closedAll(hops, want) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(hops) != len(want) {
+		t.Errorf("hops %v, want exactly %v", keys(hops), want)
+	}
+	for k, n := range want {
+		h := hops[k]
+		if h.Opens != n || h.Closes != n || h.Failed != 0 {
+			t.Errorf("%s: opens %d closes %d failed %d, want %d %d 0", k, h.Opens, h.Closes, h.Failed, n, n)
+		}
+		if strings.HasPrefix(k, HopProxyLocal) || strings.HasPrefix(k, HopProxyPeer) || strings.Contains(k, ":6443") {
+			if got := h.Handshake.Count(); got != n {
+				t.Errorf("%s: %d handshakes timed, want %d", k, got, n)
+			}
+			if q := h.Handshake.Quantile(1); q > 1024 {
+				t.Errorf("%s: loopback handshake up to %.0fµs", k, q)
+			}
+		}
+		if h.MinRTT.Count() != n {
+			t.Errorf("%s: %d min RTTs, want %d", k, h.MinRTT.Count(), n)
+		}
+	}
+	checkExposition(t, c)
+}
+
+func closedAll(hops map[string]HopStats, want map[string]uint64) bool {
+	for k, n := range want {
+		if hops[k].Closes < n {
+			return false
+		}
+	}
+	return true
+}
+
+func keys(m map[string]HopStats) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// checkExposition registers c and checks the histogram buckets are
+// cumulative with le = 2^(b+1) µs.
+func checkExposition(t *testing.T, c *ConnStat) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, mf := range mfs {
+		seen[mf.GetName()] = true
+		if mf.GetName() != "skewgate_tcp_handshake_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			h := m.GetHistogram()
+			var prev uint64
+			for i, b := range h.GetBucket() {
+				if want := math.Ldexp(1, i+1) / 1e6; b.GetUpperBound() != want {
+					t.Errorf("bucket %d le %g, want %g", i, b.GetUpperBound(), want)
+				}
+				if b.GetCumulativeCount() < prev {
+					t.Errorf("bucket %d not cumulative", i)
+				}
+				prev = b.GetCumulativeCount()
+			}
+			if prev != h.GetSampleCount() {
+				t.Errorf("last finite bucket %d != count %d (nothing should exceed 33 s here)", prev, h.GetSampleCount())
+			}
+		}
+	}
+	for _, name := range []string{"skewgate_tcp_connections_opened_total", "skewgate_tcp_handshake_seconds",
+		"skewgate_tcp_min_rtt_seconds", "skewgate_bpf_program_run_seconds_total", "skewgate_bpf_collection_errors_total"} {
+		if !seen[name] {
+			t.Errorf("metric %s missing", name)
+		}
+	}
+}
