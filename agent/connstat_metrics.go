@@ -53,11 +53,11 @@ func (c *ConnStat) collectKernel(ch chan<- prometheus.Metric) {
 		counter(descTCPClosed, h.Closes)
 		counter(descTCPFailed, h.Failed)
 		counter(descTCPRetrans, h.Retransmits)
-		hist := func(d *prometheus.Desc, l *Log2Histogram) {
+		hist := func(d *prometheus.Desc, l Log2Histogram) {
 			ch <- prometheus.MustNewConstHistogram(d, l.Count(), float64(l.SumMicros)/1e6, l.Cumulative(), labels...)
 		}
-		hist(descTCPHandshake, &h.Handshake)
-		hist(descTCPMinRTT, &h.MinRTT)
+		hist(descTCPHandshake, h.Handshake)
+		hist(descTCPMinRTT, h.MinRTT)
 	}
 	if err := progStats(ch, c.objs.Connstat, connstatRunSeconds, connstatRuns); err != nil {
 		c.errs.inc()

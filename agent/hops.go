@@ -38,7 +38,7 @@ type Log2Histogram struct {
 }
 
 // Count is the number of observations.
-func (h *Log2Histogram) Count() uint64 {
+func (h Log2Histogram) Count() uint64 {
 	var n uint64
 	for _, b := range h.Buckets {
 		n += b
@@ -53,7 +53,7 @@ func (h *Log2Histogram) Count() uint64 {
 // whole microseconds, so a value in bucket b was below 2^(b+1) µs before
 // truncation as well: le = 2^(b+1) µs is exact, not an approximation. The
 // last bucket is open ended and only counts toward +Inf (the count).
-func (h *Log2Histogram) Cumulative() map[float64]uint64 {
+func (h Log2Histogram) Cumulative() map[float64]uint64 {
 	out := make(map[float64]uint64, histBuckets-1)
 	var cum uint64
 	for b := 0; b < histBuckets-1; b++ {
@@ -65,7 +65,7 @@ func (h *Log2Histogram) Cumulative() map[float64]uint64 {
 
 // Quantile estimates a quantile in µs, as the upper bound of the bucket it
 // falls in; for tests and reports.
-func (h *Log2Histogram) Quantile(q float64) float64 {
+func (h Log2Histogram) Quantile(q float64) float64 {
 	total := h.Count()
 	if total == 0 {
 		return math.NaN()
