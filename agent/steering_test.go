@@ -29,7 +29,7 @@ type node struct {
 	pins string
 }
 
-func newNode(t *testing.T) *node {
+func newNode(t testing.TB) *node {
 	t.Helper()
 	testenv.RequireRoot(t)
 	ns := newTestNetNS(t, netip.PrefixFrom(nodeAddr, 32))
