@@ -1,0 +1,178 @@
+// Package admin serves skewgate's admin listener: metrics, health, and the
+// routing state explained for people (/debug/routes, /debug/explain).
+package admin
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/skewgate/skewgate/membership"
+	"github.com/skewgate/skewgate/route"
+)
+
+// Extra is more state to show under /debug/routes (steering, say).
+type Extra func() any
+
+// Handler serves the admin endpoints.
+func Handler(m *membership.Members, gather prometheus.Gatherer, extra map[string]Extra) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { readyz(w, m) })
+	mux.HandleFunc("/debug/routes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, Routes(m, extra)) })
+	mux.HandleFunc("/debug/explain", func(w http.ResponseWriter, r *http.Request) { explain(w, r, m) })
+	return mux
+}
+
+// readyz is ready once the local server's discovery is known: before that
+// skewgate cannot tell a false 404 from a genuine one.
+func readyz(w http.ResponseWriter, m *membership.Members) {
+	if m.Discovery().Capabilities(m.LocalID()) == nil {
+		http.Error(w, "local discovery not fetched yet", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// ServerView is one server in /debug/routes.
+type ServerView struct {
+	membership.Status
+	DiscoveryAge   string   `json:"discoveryAge,omitempty"`
+	DiscoveryError string   `json:"discoveryError,omitempty"`
+	GroupVersions  []string `json:"groupVersions"`
+}
+
+// RouteView is one resource in the merged routing table.
+type RouteView struct {
+	Resource string   `json:"resource"`
+	Route    string   `json:"route"`
+	Servers  []string `json:"servers"`
+	Rule     int      `json:"rule"`
+}
+
+// RoutesView is /debug/routes.
+type RoutesView struct {
+	Local   string         `json:"local"`
+	Servers []ServerView   `json:"servers"`
+	Routes  []RouteView    `json:"routes"`
+	Extra   map[string]any `json:"extra,omitempty"`
+}
+
+// Routes describes every server and the decision for every resource any
+// server serves.
+func Routes(m *membership.Members, extra map[string]Extra) RoutesView {
+	snap, table := m.Discovery(), m.Table()
+	v := RoutesView{Local: m.LocalID(), Extra: map[string]any{}}
+	seen := map[schema.GroupVersionResource]bool{}
+	var gvrs []schema.GroupVersionResource
+	for _, st := range m.Statuses() {
+		ds := snap.Servers[st.ID]
+		sv := ServerView{Status: st}
+		if !ds.FetchedAt.IsZero() {
+			sv.DiscoveryAge = time.Since(ds.FetchedAt).Round(time.Millisecond).String()
+		}
+		if ds.Err != nil {
+			sv.DiscoveryError = ds.Err.Error()
+		}
+		for _, gv := range ds.Capabilities.GroupVersions() {
+			sv.GroupVersions = append(sv.GroupVersions, gv.String())
+		}
+		v.Servers = append(v.Servers, sv)
+		if ds.Doc == nil {
+			continue
+		}
+		for _, g := range ds.Doc.Groups() {
+			for _, ver := range g.Versions {
+				for _, r := range ver.Resources {
+					gvr := schema.GroupVersionResource{Group: g.Name, Version: ver.Version, Resource: r.Resource}
+					if !seen[gvr] {
+						seen[gvr] = true
+						gvrs = append(gvrs, gvr)
+					}
+				}
+			}
+		}
+	}
+	slices.SortFunc(gvrs, func(a, b schema.GroupVersionResource) int { return strings.Compare(a.String(), b.String()) })
+	for _, gvr := range gvrs {
+		d := route.Decide(route.Request{Kind: route.Resource, Verb: "list", GVR: gvr}, table, false, "")
+		v.Routes = append(v.Routes, RouteView{Resource: gvrString(gvr), Route: string(d.Route), Servers: d.Servers, Rule: d.Rule})
+	}
+	for k, f := range extra {
+		v.Extra[k] = f()
+	}
+	return v
+}
+
+func gvrString(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" {
+		return gvr.Version + "/" + gvr.Resource
+	}
+	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
+}
+
+// Explanation is /debug/explain.
+type Explanation struct {
+	Method      string   `json:"method"`
+	Path        string   `json:"path"`
+	Kind        string   `json:"kind"`
+	Verb        string   `json:"verb"`
+	Resource    string   `json:"resource,omitempty"`
+	Subresource string   `json:"subresource,omitempty"`
+	Route       string   `json:"route"`
+	Rule        int      `json:"rule"`
+	Servers     []string `json:"servers"`
+	Reason      string   `json:"reason"`
+}
+
+// verbMethods maps Kubernetes verbs to the HTTP method that carries them.
+var verbMethods = map[string]string{
+	"get": "GET", "list": "GET", "watch": "GET", "create": "POST", "update": "PUT",
+	"patch": "PATCH", "delete": "DELETE", "deletecollection": "DELETE",
+}
+
+func explain(w http.ResponseWriter, r *http.Request, m *membership.Members) {
+	verb, path := r.URL.Query().Get("verb"), r.URL.Query().Get("path")
+	method, ok := verbMethods[strings.ToLower(verb)]
+	if !ok {
+		method = strings.ToUpper(verb)
+	}
+	u, err := url.ParseRequestURI(path)
+	if err != nil || method == "" {
+		http.Error(w, "want ?verb=<verb or method>&path=<request path>", http.StatusBadRequest)
+		return
+	}
+	if strings.EqualFold(verb, "watch") {
+		q := u.Query()
+		q.Set("watch", "true")
+		u.RawQuery = q.Encode()
+	}
+	req, err := route.NewClassifier().Classify(&http.Request{Method: method, URL: u})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	d := route.Decide(req, m.Table(), false, "")
+	e := Explanation{Method: method, Path: u.String(), Kind: req.Kind.String(), Verb: req.Verb,
+		Subresource: req.Subresource, Route: string(d.Route), Rule: d.Rule, Servers: d.Servers, Reason: d.Reason}
+	if req.Kind == route.Resource {
+		e.Resource = gvrString(req.GVR)
+	}
+	writeJSON(w, e)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,123 @@
+// Package forward sends a routed request to an apiserver over mTLS with
+// apimachinery's UpgradeAwareHandler, failing over idempotent requests whose
+// connection failed before any byte was sent, and answers failures with a
+// content-negotiated metav1.Status.
+package forward
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+)
+
+// Trust is how skewgate authenticates to apiservers and verifies them. Both
+// providers reload when their files change.
+type Trust struct {
+	// PeerCA verifies every apiserver's serving certificate.
+	PeerCA dynamiccertificates.CAContentProvider
+	// ClientCert is the front-proxy client certificate presented to every
+	// apiserver; they trust the X-Remote-* headers only with it.
+	ClientCert dynamiccertificates.CertKeyContentProvider
+}
+
+// Backend is one apiserver: its URL and a connection pool to it.
+type Backend struct {
+	ID        string
+	URL       *url.URL
+	transport *http.Transport
+}
+
+// DialTimeout bounds connecting to an apiserver: a dead peer must not hold
+// a request (or a failover) for long.
+const DialTimeout = 2 * time.Second
+
+// NewBackend returns a backend for the apiserver at u whose serving
+// certificate must be valid for u's host under trust.PeerCA.
+func NewBackend(id string, u *url.URL, trust Trust) *Backend {
+	dialer := &net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}
+	return &Backend{ID: id, URL: u, transport: &http.Transport{
+		Proxy:               nil, // apiservers are reached directly, never via $HTTPS_PROXY
+		DialContext:         dialer.DialContext,
+		TLSClientConfig:     tlsConfig(u.Hostname(), trust),
+		TLSHandshakeTimeout: 5 * time.Second,
+		ForceAttemptHTTP2:   true,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}}
+}
+
+// Transport is the backend's round tripper, for skewgate's own requests
+// (probes, discovery).
+func (b *Backend) Transport() http.RoundTripper { return b.transport }
+
+// CloseIdle drops the backend's idle connections, e.g. when it leaves.
+func (b *Backend) CloseIdle() { b.transport.CloseIdleConnections() }
+
+// tlsConfig verifies the server against the current CA bundle on every
+// handshake (so a rotated CA file takes effect without a restart) and
+// presents the current client certificate.
+func tlsConfig(host string, trust Trust) *tls.Config {
+	certs := &certCache{provider: trust.ClientCert}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		ServerName: host,
+		// Verification is not skipped: VerifyConnection does it against
+		// the reloadable CA, which a static RootCAs pool could not.
+		InsecureSkipVerify:   true,
+		VerifyConnection:     func(cs tls.ConnectionState) error { return verifyServer(cs, host, trust.PeerCA) },
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return certs.get() },
+	}
+}
+
+// ErrUntrustedServer is returned (wrapped) when an apiserver's certificate
+// does not verify against the peer CA.
+var ErrUntrustedServer = errors.New("apiserver certificate not trusted")
+
+func verifyServer(cs tls.ConnectionState, host string, ca dynamiccertificates.CAContentProvider) error {
+	opts, ok := ca.VerifyOptions()
+	if !ok || len(cs.PeerCertificates) == 0 {
+		return fmt.Errorf("%w: no peer CA or no certificate from %s", ErrUntrustedServer, host)
+	}
+	opts.DNSName = host
+	opts.KeyUsages = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	opts.Intermediates = x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrUntrustedServer, host, err)
+	}
+	return nil
+}
+
+// certCache parses the client key pair once per content change, not per
+// handshake.
+type certCache struct {
+	provider dynamiccertificates.CertKeyContentProvider
+	mu       sync.Mutex
+	certPEM  []byte
+	cert     *tls.Certificate
+}
+
+func (c *certCache) get() (*tls.Certificate, error) {
+	certPEM, keyPEM := c.provider.CurrentCertKeyContent()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cert != nil && string(certPEM) == string(c.certPEM) {
+		return c.cert, nil
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("proxy client certificate: %w", err)
+	}
+	c.certPEM, c.cert = certPEM, &cert
+	return c.cert, nil
+}

@@ -1,0 +1,114 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/apimachinery/pkg/util/proxy"
+)
+
+// Response headers skewgate adds to every answer it forwards or gives.
+const (
+	HeaderRoute  = "X-Skewgate-Route"
+	HeaderServer = "X-Skewgate-Server"
+)
+
+// Request is one request to forward.
+type Request struct {
+	// Candidates are tried in order; only the first unless Idempotent.
+	Candidates []*Backend
+	// Idempotent requests (get, list, watch set-up) move on to the next
+	// candidate when the connection to one fails before any byte of the
+	// request was sent. Writes are never sent twice.
+	Idempotent bool
+	// ConnFailed, if set, learns of every backend whose connection failed
+	// (passive health: the server leaves routing at once).
+	ConnFailed func(id string, err error)
+}
+
+// Forward sends r (its identity headers already set) to the first candidate
+// that takes it and streams the answer back: watches flush as events
+// arrive, and exec/attach/port-forward upgrades are spliced through. When
+// no candidate can be reached, the client gets a 503 metav1.Status.
+func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
+	if len(fr.Candidates) == 0 {
+		Unavailable(w, r, "no apiserver to forward to")
+		return
+	}
+	first := fr.Candidates[0]
+	loc := *first.URL
+	loc.Path, loc.RawPath = r.URL.Path, r.URL.RawPath
+	upgrade := httpstream.IsUpgradeRequest(r)
+	rt := &failover{req: fr, retry: fr.Idempotent && !upgrade}
+	h := proxy.NewUpgradeAwareHandler(&loc, rt, false, false, responder{})
+	if upgrade {
+		// The upgrade dial bypasses round trippers; record the server now.
+		w.Header().Set(HeaderServer, first.ID)
+	}
+	h.ServeHTTP(w, r)
+}
+
+// failover is the round tripper behind UpgradeAwareHandler. It also
+// unwraps to the first candidate's transport, which is what the handler
+// dials upgrade requests with.
+type failover struct {
+	req   Request
+	retry bool
+}
+
+func (f *failover) WrappedRoundTripper() http.RoundTripper { return f.req.Candidates[0].transport }
+
+func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
+	var errs []error
+	for i, b := range f.req.Candidates {
+		if i > 0 && !f.retry {
+			break
+		}
+		resp, connected, err := roundTrip(req, b)
+		if err == nil {
+			resp.Header.Set(HeaderServer, b.ID)
+			return resp, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", b.ID, err))
+		if connected || req.Context().Err() != nil {
+			// Bytes of the request may have reached the server: never
+			// send them again, and it was no connection failure.
+			break
+		}
+		if f.req.ConnFailed != nil {
+			f.req.ConnFailed(b.ID, err)
+		}
+	}
+	return nil, &forwardError{errors.Join(errs...)}
+}
+
+// roundTrip sends req to b and reports whether a connection was obtained,
+// i.e. whether any byte of the request may have been sent.
+func roundTrip(req *http.Request, b *Backend) (*http.Response, bool, error) {
+	var connected atomic.Bool
+	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }}
+	out := req.Clone(httptrace.WithClientTrace(req.Context(), trace))
+	out.URL.Scheme, out.URL.Host, out.Host = b.URL.Scheme, b.URL.Host, ""
+	resp, err := b.transport.RoundTrip(out)
+	return resp, connected.Load(), err
+}
+
+type forwardError struct{ err error }
+
+func (e *forwardError) Error() string { return "forward: " + e.err.Error() }
+func (e *forwardError) Unwrap() error { return e.err }
+
+// responder answers every failure to reach an apiserver with a 503 Status.
+type responder struct{}
+
+func (responder) Error(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(r.Context().Err(), context.Canceled) {
+		return // the client left; nobody to answer
+	}
+	Unavailable(w, r, err.Error())
+}

@@ -1,0 +1,39 @@
+package forward
+
+import (
+	"net/http"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+)
+
+// RetryAfterSeconds is what a 503 asks clients to wait: about one health
+// probe period, after which a recovered peer is routed to again.
+const RetryAfterSeconds = 1
+
+// statusCodecs encode metav1.Status as JSON, YAML or protobuf, whichever the
+// client's Accept header asks for, like the apiserver's own errors.
+var statusCodecs = func() serializer.CodecFactory {
+	scheme := runtime.NewScheme()
+	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
+	return serializer.NewCodecFactory(scheme)
+}()
+
+// Unavailable answers 503 ServiceUnavailable as a content-negotiated
+// metav1.Status with Retry-After, never a plain-text body.
+func Unavailable(w http.ResponseWriter, r *http.Request, msg string) {
+	err := apierrors.NewServiceUnavailable(msg)
+	err.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: RetryAfterSeconds}
+	w.Header().Set(HeaderRoute, "unavailable")
+	responsewriters.ErrorNegotiated(err, statusCodecs, schema.GroupVersion{Version: "v1"}, w, r)
+}
+
+// Error answers err as a content-negotiated metav1.Status (a StatusError
+// keeps its code; anything else is a 500).
+func Error(w http.ResponseWriter, r *http.Request, err error) {
+	responsewriters.ErrorNegotiated(err, statusCodecs, schema.GroupVersion{Version: "v1"}, w, r)
+}

@@ -1,0 +1,54 @@
+package membership
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var (
+	healthyDesc = prometheus.NewDesc("skewgate_server_healthy",
+		"Whether the apiserver passes skewgate's /readyz probes and is routed to (1) or not (0).",
+		[]string{"server", "local"}, nil)
+	latencyDesc = prometheus.NewDesc("skewgate_server_probe_latency_seconds",
+		"Moving average of the apiserver's /readyz round trip; peers with less are preferred.",
+		[]string{"server"}, nil)
+	ageDesc = prometheus.NewDesc("skewgate_server_discovery_age_seconds",
+		"Time since the apiserver's discovery was last confirmed (200 or 304); absent before the first fetch.",
+		[]string{"server"}, nil)
+	discoveryOKDesc = prometheus.NewDesc("skewgate_server_discovery_ok",
+		"Whether the last discovery fetch from the apiserver succeeded (1) or failed, last-known-good kept (0).",
+		[]string{"server"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (m *Members) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{healthyDesc, latencyDesc, ageDesc, discoveryOKDesc} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector, reading state at scrape time.
+func (m *Members) Collect(ch chan<- prometheus.Metric) {
+	snap := m.Discovery()
+	for _, st := range m.Statuses() {
+		local := "false"
+		if st.Local {
+			local = "true"
+		}
+		ch <- prometheus.MustNewConstMetric(healthyDesc, prometheus.GaugeValue, boolValue(st.Healthy), st.ID, local)
+		ch <- prometheus.MustNewConstMetric(latencyDesc, prometheus.GaugeValue, st.Latency.Seconds(), st.ID)
+		ds := snap.Servers[st.ID]
+		if !ds.FetchedAt.IsZero() {
+			ch <- prometheus.MustNewConstMetric(ageDesc, prometheus.GaugeValue, time.Since(ds.FetchedAt).Seconds(), st.ID)
+		}
+		ch <- prometheus.MustNewConstMetric(discoveryOKDesc, prometheus.GaugeValue, boolValue(ds.Err == nil && ds.Doc != nil), st.ID)
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

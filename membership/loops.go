@@ -1,0 +1,82 @@
+package membership
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/skewgate/skewgate/discovery"
+)
+
+// probeLoop probes s's /readyz every ProbeInterval. A server that turns
+// healthy gets its discovery re-read at once: it may have restarted on
+// another version.
+func (m *Members) probeLoop(ctx context.Context, s *server, c *http.Client) {
+	t := time.NewTicker(m.cfg.ProbeInterval)
+	defer t.Stop()
+	for {
+		start := time.Now()
+		err := m.probe(ctx, c, s.backend.URL.String()+"/readyz")
+		if ctx.Err() != nil {
+			return
+		}
+		if s.observe(time.Since(start), err, start) {
+			if s.status().Healthy {
+				m.mu.Lock()
+				kick(m.kicks[s.backend.ID])
+				m.mu.Unlock()
+			}
+			m.publish()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (m *Members) probe(ctx context.Context, c *http.Client, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.ProbeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		// 500 during graceful shutdown: the server is leaving.
+		return fmt.Errorf("readyz: %s", resp.Status)
+	}
+	return nil
+}
+
+// refreshLoop re-reads server id's discovery every RefreshInterval and
+// whenever kicked. Failures keep the last-known-good doc; health, not
+// discovery, decides whether the server is routed to.
+func (m *Members) refreshLoop(ctx context.Context, id string, kicked <-chan struct{}, f discovery.Fetcher) {
+	t := time.NewTicker(m.cfg.RefreshInterval)
+	defer t.Stop()
+	for {
+		fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		_ = m.store.Refresh(fctx, id, f) // the error is kept in the store's state
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		m.publish()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-kicked:
+		}
+	}
+}

@@ -1,0 +1,200 @@
+package membership
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/transport"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/forward"
+	"github.com/skewgate/skewgate/route"
+)
+
+// Identity skewgate asserts (through the front-proxy headers) for its own
+// probes and discovery reads; kube-apiserver's default RBAC lets every
+// authenticated user read discovery, and /readyz is public.
+const Identity = "system:skewgate"
+
+// Config configures Members.
+type Config struct {
+	Local *url.URL
+	Peers []*url.URL
+	Trust forward.Trust
+	// ProbeInterval and ProbeTimeout drive /readyz probes.
+	ProbeInterval, ProbeTimeout time.Duration
+	// RefreshInterval is how often each server's discovery is re-read
+	// (conditionally, by ETag).
+	RefreshInterval time.Duration
+	// MissRefreshInterval rate-limits the refresh a routing miss asks for.
+	MissRefreshInterval time.Duration
+	// DepartGrace is how long a server that left membership still counts
+	// as "serving what it served" (rule 5: 503, not 404).
+	DepartGrace time.Duration
+	// OnChange, if set, is called after every published table change.
+	OnChange func()
+}
+
+func (c *Config) defaults() {
+	set := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	set(&c.ProbeInterval, 500*time.Millisecond)
+	set(&c.ProbeTimeout, time.Second)
+	set(&c.RefreshInterval, 10*time.Second)
+	set(&c.MissRefreshInterval, 5*time.Second)
+	set(&c.DepartGrace, 5*time.Minute)
+}
+
+// Members tracks the apiservers and publishes routing snapshots.
+type Members struct {
+	cfg      Config
+	localID  string
+	store    *discovery.Store
+	table    atomic.Pointer[route.Table]
+	lastMiss atomic.Int64 // unix nanos of the last miss-driven refresh
+
+	pubMu   sync.Mutex
+	mu      sync.Mutex
+	servers map[string]*server
+	kicks   map[string]chan struct{}
+	ctx     context.Context
+}
+
+// ID names a server by its URL's host:port, as in X-Skewgate-Server.
+func ID(u *url.URL) string { return u.Host }
+
+// New returns Members for cfg; call Run to start probing.
+func New(cfg Config) (*Members, error) {
+	cfg.defaults()
+	if cfg.Local == nil {
+		return nil, fmt.Errorf("membership: no local apiserver")
+	}
+	m := &Members{cfg: cfg, localID: ID(cfg.Local), store: discovery.NewStore(),
+		servers: map[string]*server{}, kicks: map[string]chan struct{}{}}
+	m.add(cfg.Local, true)
+	for _, p := range cfg.Peers {
+		if ID(p) == m.localID {
+			continue // the local server listed among its peers
+		}
+		m.add(p, false)
+	}
+	m.publish()
+	return m, nil
+}
+
+func (m *Members) add(u *url.URL, local bool) *server {
+	s := &server{backend: forward.NewBackend(ID(u), u, m.cfg.Trust), local: local, passes: passThreshold - 1}
+	m.servers[s.backend.ID] = s
+	m.kicks[s.backend.ID] = make(chan struct{}, 1)
+	return s
+}
+
+// Run probes every server and refreshes its discovery until ctx ends.
+func (m *Members) Run(ctx context.Context) {
+	m.mu.Lock()
+	m.ctx = ctx
+	for id, s := range m.servers {
+		m.start(ctx, id, s)
+	}
+	m.mu.Unlock()
+	<-ctx.Done()
+}
+
+func (m *Members) start(ctx context.Context, id string, s *server) {
+	client := m.client(s.backend)
+	go m.probeLoop(ctx, s, client)
+	go m.refreshLoop(ctx, id, m.kicks[id], &discovery.HTTPFetcher{Client: client, BaseURL: s.backend.URL.String()})
+}
+
+// client is an HTTP client for skewgate's own requests to b.
+func (m *Members) client(b *forward.Backend) *http.Client {
+	rt := transport.NewAuthProxyRoundTripper(Identity, "", []string{Identity}, nil, b.Transport())
+	return &http.Client{Transport: rt, Timeout: 30 * time.Second}
+}
+
+// LocalID is the local server's ID.
+func (m *Members) LocalID() string { return m.localID }
+
+// Table is the current routing snapshot; never nil, never modified.
+func (m *Members) Table() *route.Table { return m.table.Load() }
+
+// Discovery is the current discovery snapshot (per-server docs and the
+// merged view of the healthy servers).
+func (m *Members) Discovery() *discovery.Snapshot { return m.store.Snapshot() }
+
+// Backends returns the backends for ids, skipping unknown ones.
+func (m *Members) Backends(ids []string) []*forward.Backend {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*forward.Backend, 0, len(ids))
+	for _, id := range ids {
+		if s, ok := m.servers[id]; ok {
+			out = append(out, s.backend)
+		}
+	}
+	return out
+}
+
+// ConnFailed takes server id out of routing at once after a failed
+// connection; probes bring it back.
+func (m *Members) ConnFailed(id string, err error) {
+	m.mu.Lock()
+	s, ok := m.servers[id]
+	m.mu.Unlock()
+	if ok && s.connFailed(err) {
+		m.publish()
+	}
+}
+
+// RefreshSoon asks every server for fresh discovery, at most once per
+// MissRefreshInterval: a routing miss may mean a CRD or API appeared.
+func (m *Members) RefreshSoon() {
+	now := time.Now().UnixNano()
+	last := m.lastMiss.Load()
+	if now-last < int64(m.cfg.MissRefreshInterval) || !m.lastMiss.CompareAndSwap(last, now) {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, k := range m.kicks {
+		kick(k)
+	}
+}
+
+func kick(k chan struct{}) {
+	select {
+	case k <- struct{}{}:
+	default:
+	}
+}
+
+// Statuses lists every server, sorted by ID.
+func (m *Members) Statuses() []Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Status, 0, len(m.servers))
+	for _, s := range m.servers {
+		out = append(out, s.status())
+	}
+	slices.SortFunc(out, func(a, b Status) int { return cmpString(a.ID, b.ID) })
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

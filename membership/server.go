@@ -1,0 +1,102 @@
+// Package membership knows the apiservers skewgate routes among: the local
+// one and its peers, whether each is healthy (active /readyz probes plus
+// failed connections), how fast each answers, and — through the discovery
+// store — what each serves. It publishes that as a route.Table snapshot.
+package membership
+
+import (
+	"sync"
+	"time"
+
+	"github.com/skewgate/skewgate/forward"
+)
+
+// Health thresholds. A server leaves routing after failThreshold failed
+// probes (or at once on a failed connection) and returns after
+// passThreshold good ones: with a 500 ms period and a 1 s probe timeout a
+// dead peer is out within about 2.5 s.
+const (
+	failThreshold = 2
+	passThreshold = 2
+	latencyWeight = 0.3 // of the newest sample in the moving average
+)
+
+// server is one apiserver's health as the prober sees it.
+type server struct {
+	backend *forward.Backend
+	local   bool
+
+	mu        sync.Mutex
+	healthy   bool
+	fails     int
+	passes    int
+	latency   time.Duration
+	lastErr   error
+	lastProbe time.Time
+	// departed is when it left membership; zero while it is a member.
+	departed time.Time
+}
+
+// observe records one probe outcome and reports whether health changed.
+func (s *server) observe(rtt time.Duration, err error, at time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastProbe = at
+	was := s.healthy
+	if err != nil {
+		s.lastErr, s.passes = err, 0
+		s.fails++
+		if s.fails >= failThreshold {
+			s.healthy = false
+		}
+		return was != s.healthy
+	}
+	s.lastErr, s.fails = nil, 0
+	s.passes++
+	if s.passes >= passThreshold || s.healthy {
+		s.healthy = true
+	}
+	if s.latency == 0 {
+		s.latency = rtt
+	} else {
+		s.latency = time.Duration(latencyWeight*float64(rtt) + (1-latencyWeight)*float64(s.latency))
+	}
+	return was != s.healthy
+}
+
+// connFailed takes the server out of routing at once: a refused or timed
+// out connection is certain, a probe period is not worth waiting for.
+func (s *server) connFailed(err error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	was := s.healthy
+	s.healthy, s.passes, s.fails, s.lastErr = false, 0, failThreshold, err
+	return was
+}
+
+// Status is a server's state for people and metrics.
+type Status struct {
+	ID        string        `json:"id"`
+	URL       string        `json:"url"`
+	Local     bool          `json:"local"`
+	Healthy   bool          `json:"healthy"`
+	Latency   time.Duration `json:"latencyNanos"`
+	LastError string        `json:"lastError,omitempty"`
+	LastProbe time.Time     `json:"lastProbe"`
+	Departed  *time.Time    `json:"departed,omitempty"`
+}
+
+func (s *server) status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Status{ID: s.backend.ID, URL: s.backend.URL.String(), Local: s.local, Healthy: s.healthy,
+		Latency: s.latency, LastProbe: s.lastProbe}
+	if s.lastErr != nil {
+		st.LastError = s.lastErr.Error()
+	}
+	if !s.departed.IsZero() {
+		d := s.departed
+		st.Departed = &d
+	}
+	return st
+}

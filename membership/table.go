@@ -1,0 +1,45 @@
+package membership
+
+import (
+	"github.com/skewgate/skewgate/route"
+)
+
+// publish rebuilds the routing table and the merged discovery's healthy
+// set. It runs on every health or discovery change, never per request.
+func (m *Members) publish() {
+	// Serialized, so a table built from older state never replaces a
+	// newer one.
+	m.pubMu.Lock()
+	defer m.pubMu.Unlock()
+	m.mu.Lock()
+	var healthy []string
+	statuses := make(map[string]Status, len(m.servers))
+	for id, s := range m.servers {
+		st := s.status()
+		statuses[id] = st
+		if st.Healthy && st.Departed == nil {
+			healthy = append(healthy, id)
+		}
+	}
+	onChange := m.cfg.OnChange
+	m.mu.Unlock()
+
+	m.store.SetHealthy(healthy)
+	snap := m.store.Snapshot()
+	t := &route.Table{}
+	for id, st := range statuses {
+		rs := route.Server{ID: id, Healthy: st.Healthy, Latency: st.Latency, Departed: st.Departed != nil}
+		if c := snap.Capabilities(id); c != nil {
+			rs.Caps = c // a nil *Capabilities must stay a nil interface
+		}
+		if st.Local {
+			t.Local = rs
+		} else {
+			t.Peers = append(t.Peers, rs)
+		}
+	}
+	m.table.Store(t)
+	if onChange != nil {
+		onChange()
+	}
+}

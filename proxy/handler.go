@@ -1,0 +1,188 @@
+// Package proxy is skewgate's client-facing side: it authenticates the
+// caller, strips forged identity, classifies and routes each request, and
+// forwards it (or answers merged discovery itself).
+package proxy
+
+import (
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/transport"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/forward"
+	"github.com/skewgate/skewgate/membership"
+	"github.com/skewgate/skewgate/route"
+)
+
+// Handler routes and forwards every request.
+type Handler struct {
+	members    *membership.Members
+	classifier *route.Classifier
+	auth       *callerAuth
+	metrics    *Metrics
+}
+
+// NewHandler returns the proxy handler. clientCA verifies users' client
+// certificates; rh recognises peers.
+func NewHandler(members *membership.Members, clientCA dynamiccertificates.CAContentProvider, rh RequestHeader, m *Metrics) *Handler {
+	return &Handler{members: members, classifier: route.NewClassifier(), auth: newCallerAuth(clientCA, rh), metrics: m}
+}
+
+// exchange is one request on its way through the handler.
+type exchange struct {
+	req      route.Request
+	decision route.Decision
+	caller   Caller
+	fromPeer bool
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	w, rec := record(w)
+	x := &exchange{}
+	h.serve(w, r, x)
+	h.observe(x, rec.status(), time.Since(start))
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
+	propagateAuditID(w, r)
+	caller, err := h.auth.authenticate(r)
+	if err != nil {
+		w.Header().Set(forward.HeaderRoute, string(route.Local))
+		w.Header().Set(forward.HeaderServer, "skewgate")
+		forward.Error(w, r, apierrors.NewUnauthorized(err.Error()))
+		return
+	}
+	x.caller = caller
+	x.fromPeer = caller.Peer && r.Header.Get(PeerProxiedHeader) == "true"
+	setIdentity(r, caller, x.fromPeer)
+
+	req, err := h.classifier.Classify(r)
+	if err != nil {
+		w.Header().Set(forward.HeaderRoute, string(route.Local))
+		w.Header().Set(forward.HeaderServer, "skewgate")
+		forward.Error(w, r, apierrors.NewBadRequest(err.Error()))
+		return
+	}
+	x.req = req
+	if req.Kind == route.DiscoveryRoot && !x.fromPeer && h.serveMerged(w, r, x) {
+		return
+	}
+	x.decision = route.Decide(req, h.members.Table(), x.fromPeer, clientKey(r, caller))
+	h.dispatch(w, r, x)
+}
+
+func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) {
+	d := x.decision
+	switch d.Route {
+	case route.Unavailable:
+		forward.Unavailable(w, r, d.Reason)
+		return
+	case route.Peer:
+		r.Header.Set(PeerProxiedHeader, "true")
+	case route.Local:
+		if d.Rule == 6 {
+			h.members.RefreshSoon() // maybe a CRD or API nobody listed yet
+		}
+	}
+	w.Header().Set(forward.HeaderRoute, string(d.Route))
+	forward.Forward(w, r, forward.Request{
+		Candidates: h.members.Backends(d.Servers),
+		Idempotent: x.req.Idempotent(),
+		ConnFailed: h.connFailed,
+	})
+}
+
+func (h *Handler) connFailed(id string, err error) {
+	h.metrics.fwdErrors.WithLabelValues(id, "connect").Inc()
+	h.members.ConnFailed(id, err)
+}
+
+// serveMerged answers /api and /apis from the merged discovery of the
+// healthy servers when the client asks for aggregated discovery without
+// profile=nopeer (which passes to the local server, as on kube-apiserver
+// 1.36), and /apis in the legacy form with peer-only groups included.
+func (h *Handler) serveMerged(w http.ResponseWriter, r *http.Request, x *exchange) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	aggregated, nopeer := discovery.WantsAggregated(r)
+	legacyAPIs := !aggregated && (r.URL.Path == "/apis" || r.URL.Path == "/apis/")
+	if nopeer || !aggregated && !legacyAPIs {
+		return false // legacy /api (APIVersions) is the same everywhere: local
+	}
+	merged := h.members.Discovery().Merged
+	x.decision = route.Decision{Route: route.Merged, Rule: 1, Reason: "peer-aggregated discovery"}
+	w.Header().Set(forward.HeaderRoute, string(route.Merged))
+	w.Header().Set(forward.HeaderServer, "skewgate")
+	w, rec := record(w)
+	if aggregated {
+		merged.ServeHTTP(w, r)
+	} else {
+		merged.ServeLegacyAPIs(w, r)
+	}
+	result := "miss"
+	if rec.status() == http.StatusNotModified {
+		result = "hit"
+	}
+	h.metrics.merged.WithLabelValues(result).Inc()
+	return true
+}
+
+// setIdentity replaces whatever identity headers the client sent with what
+// skewgate verified: a user's certificate becomes X-Remote-* headers, a
+// peer's asserted user passes on, and the peer-proxied mark survives only
+// from a verified peer.
+func setIdentity(r *http.Request, c Caller, fromPeer bool) {
+	stripIdentity(r.Header)
+	if c.User != nil {
+		transport.SetAuthProxyHeaders(r, c.User.GetName(), c.User.GetUID(), c.User.GetGroups(), c.User.GetExtra())
+	}
+	if fromPeer {
+		r.Header.Set(PeerProxiedHeader, "true")
+	}
+}
+
+// propagateAuditID keeps the client's Audit-ID, or makes one, so the audit
+// logs of every server a request touches correlate.
+func propagateAuditID(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get("Audit-ID")
+	if id == "" {
+		id = uuid.NewString()
+		r.Header.Set("Audit-ID", id)
+	}
+	w.Header().Set("Audit-ID", id)
+}
+
+// clientKey identifies the client for sticky watches.
+func clientKey(r *http.Request, c Caller) string {
+	if c.User != nil {
+		return "user:" + c.User.GetName()
+	}
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	return "addr:" + host
+}
+
+func (h *Handler) observe(x *exchange, code int, d time.Duration) {
+	group, version, resource := "", "", ""
+	if x.req.Kind == route.Resource {
+		group, version, resource = "unknown", "unknown", "unknown"
+		if x.decision.Rule >= 3 && x.decision.Rule <= 5 {
+			group, version, resource = x.req.GVR.Group, x.req.GVR.Version, x.req.GVR.Resource
+		}
+	}
+	rt := string(x.decision.Route)
+	if rt == "" {
+		rt = "rejected"
+	}
+	h.metrics.requests.WithLabelValues(rt, x.req.Verb, group, version, resource, strconv.Itoa(code)).Inc()
+	if !x.req.Watch() && code != http.StatusSwitchingProtocols {
+		h.metrics.duration.WithLabelValues(rt).Observe(d.Seconds())
+	}
+}

@@ -1,0 +1,40 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the proxy's request metrics. GVR labels come only from the
+// discovery table (a resource no server serves is counted as "unknown"), so
+// clients cannot blow up their cardinality.
+type Metrics struct {
+	requests  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	fwdErrors *prometheus.CounterVec
+	merged    *prometheus.CounterVec
+}
+
+// NewMetrics registers the proxy metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_requests_total",
+			Help: "Requests answered, by route, verb, group/version/resource and HTTP code.",
+		}, []string{"route", "verb", "group", "version", "resource", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "skewgate_request_duration_seconds",
+			Help: "Time to answer a request (to the end of the body; watches excluded), by route.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"route"}),
+		fwdErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_forward_errors_total",
+			Help: "Failed connections to apiservers, by server and kind (connect: before any byte was sent, failover possible).",
+		}, []string{"server", "kind"}),
+		merged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_merged_discovery_requests_total",
+			Help: "Peer-aggregated discovery requests, by result: hit (If-None-Match matched, 304) or miss (body sent).",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.requests, m.duration, m.fwdErrors, m.merged)
+	return m
+}

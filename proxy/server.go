@@ -1,0 +1,63 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+)
+
+// TLS is the client-facing TLS material; both reload when their files
+// change (run their controllers).
+type TLS struct {
+	Serving dynamiccertificates.CertKeyContentProvider
+	// ClientCAs are advertised in the handshake so clients pick the right
+	// certificate; verification happens per request (see callerAuth).
+	ClientCAs dynamiccertificates.CAContentProvider
+}
+
+// Serve serves h over TLS on ln until ctx ends, then shuts down gracefully
+// (watches are cut after a grace period). It presents the apiserver's
+// serving certificate, exactly as kube-apiserver would.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, t TLS) error {
+	base := tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// Requested, not required: bearer-token and anonymous clients
+		// send none, as with kube-apiserver.
+		ClientAuth: tls.RequestClientCert,
+		NextProtos: []string{"h2", "http/1.1"},
+	}
+	ctrl := dynamiccertificates.NewDynamicServingCertificateController(&base, t.ClientCAs, t.Serving, nil, nil)
+	if err := ctrl.RunOnce(); err != nil {
+		return fmt.Errorf("serving certificate: %w", err)
+	}
+	t.Serving.AddListener(ctrl)
+	t.ClientCAs.AddListener(ctrl)
+	go ctrl.Run(1, ctx.Done())
+
+	srv := &http.Server{
+		Handler:           h,
+		TLSConfig:         &tls.Config{GetConfigForClient: ctrl.GetConfigForClient, NextProtos: base.NextProtos},
+		ReadHeaderTimeout: 30 * time.Second,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          nil,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
