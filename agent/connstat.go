@@ -86,10 +86,10 @@ func StartConnStat(cfg ConnStatConfig) (*ConnStat, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	c := &ConnStat{cfg: cfg, status: Status{State: StateSteering}}
+	c := &ConnStat{cfg: cfg, status: Status{State: StateRunning}}
 	if err := c.install(); err != nil {
 		c.release()
-		c.status = Status{State: StateDisabled, Err: err}
+		c.status = Status{State: StateDisabled, Err: fmt.Errorf("connstat: %w", err)}
 	}
 	return c, nil
 }

@@ -35,7 +35,7 @@ var layoutSpec = ebpf.MapSpec{
 // checkLayout records LayoutVersion in a fresh pin path and refuses one
 // holding another version. Pins of another version are not migrated: they
 // hold no state worth keeping beyond the kill switch, so the operator
-// removes them (skewgate steer remove, or rm -r the pin path) and the agent
+// removes them (RemovePins, or rm -r the pin path) and the agent
 // starts fresh. Until then steering stays disabled and connections reach the
 // apiserver.
 func checkLayout(pinPath string) error {

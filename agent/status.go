@@ -20,6 +20,8 @@ const (
 	StateLapsed StateName = "lapsed"
 	// StateSteering: new connections to the targets reach the proxy.
 	StateSteering StateName = "steering"
+	// StateRunning: connstat is attached and counting.
+	StateRunning StateName = "running"
 )
 
 // Status is the state of a Steering.
@@ -39,6 +41,8 @@ func (s Status) String() string {
 		return fmt.Sprintf("steering %s: %v", s.State, s.Err)
 	case StateOff:
 		return "steering off (kill switch)"
+	case StateRunning:
+		return "running"
 	}
 	return fmt.Sprintf("steering on (lease %s)", s.LeaseRemaining.Round(time.Millisecond))
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/skewgate/skewgate/internal/testenv"
 )
@@ -114,6 +115,43 @@ func TestSteeringOnOff(t *testing.T) {
 	}
 	if !st.Steering() || st.Lookups["steered"] < 2 || st.Lookups["off"] < 1 {
 		t.Fatalf("pinned state %s, lookups %v", st, st.Lookups)
+	}
+	checkSteeringMetrics(t, s)
+}
+
+func checkSteeringMetrics(t *testing.T, s *Steering) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(s); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "program" {
+					name += "/" + l.GetValue()
+				}
+			}
+			got[name] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	for name, want := range map[string]float64{
+		"skewgate_steering_state/steering":     1,
+		"skewgate_steering_state/off":          0,
+		"skewgate_bpf_collection_errors_total": 0,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %g, want %g", name, got[name], want)
+		}
+	}
+	if got["skewgate_steering_lookups_total/steered"] < 2 || got["skewgate_bpf_program_runs_total"] < 3 {
+		t.Errorf("metrics %v", got)
 	}
 }
 
