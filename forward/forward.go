@@ -16,6 +16,8 @@ import (
 const (
 	HeaderRoute  = "X-Skewgate-Route"
 	HeaderServer = "X-Skewgate-Server"
+	// HeaderAuditID correlates audit logs; apiservers echo it.
+	HeaderAuditID = "Audit-ID"
 )
 
 // Request is one request to forward.

@@ -29,11 +29,14 @@ func Unavailable(w http.ResponseWriter, r *http.Request, msg string) {
 	err := apierrors.NewServiceUnavailable(msg)
 	err.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: RetryAfterSeconds}
 	w.Header().Set(HeaderRoute, "unavailable")
-	responsewriters.ErrorNegotiated(err, statusCodecs, schema.GroupVersion{Version: "v1"}, w, r)
+	Error(w, r, err)
 }
 
 // Error answers err as a content-negotiated metav1.Status (a StatusError
-// keeps its code; anything else is a 500).
+// keeps its code; anything else is a 500), carrying the request's Audit-ID.
 func Error(w http.ResponseWriter, r *http.Request, err error) {
+	if id := r.Header.Get(HeaderAuditID); id != "" {
+		w.Header().Set(HeaderAuditID, id)
+	}
 	responsewriters.ErrorNegotiated(err, statusCodecs, schema.GroupVersion{Version: "v1"}, w, r)
 }

@@ -51,7 +51,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
-	propagateAuditID(w, r)
+	propagateAuditID(r)
 	caller, err := h.auth.authenticate(r)
 	if err != nil {
 		w.Header().Set(forward.HeaderRoute, string(route.Local))
@@ -121,6 +121,7 @@ func (h *Handler) serveMerged(w http.ResponseWriter, r *http.Request, x *exchang
 	x.decision = route.Decision{Route: route.Merged, Rule: 1, Reason: "peer-aggregated discovery"}
 	w.Header().Set(forward.HeaderRoute, string(route.Merged))
 	w.Header().Set(forward.HeaderServer, "skewgate")
+	w.Header().Set(forward.HeaderAuditID, r.Header.Get(forward.HeaderAuditID))
 	w, rec := record(w)
 	if aggregated {
 		merged.ServeHTTP(w, r)
@@ -150,14 +151,12 @@ func setIdentity(r *http.Request, c Caller, fromPeer bool) {
 }
 
 // propagateAuditID keeps the client's Audit-ID, or makes one, so the audit
-// logs of every server a request touches correlate.
-func propagateAuditID(w http.ResponseWriter, r *http.Request) {
-	id := r.Header.Get("Audit-ID")
-	if id == "" {
-		id = uuid.NewString()
-		r.Header.Set("Audit-ID", id)
+// logs of every server a request touches correlate. The apiserver echoes it
+// in its answer; answers skewgate gives itself carry it too (see forward).
+func propagateAuditID(r *http.Request) {
+	if r.Header.Get(forward.HeaderAuditID) == "" {
+		r.Header.Set(forward.HeaderAuditID, uuid.NewString())
 	}
-	w.Header().Set("Audit-ID", id)
 }
 
 // clientKey identifies the client for sticky watches.

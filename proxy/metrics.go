@@ -22,8 +22,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Requests answered, by route, verb, group/version/resource and HTTP code.",
 		}, []string{"route", "verb", "group", "version", "resource", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "skewgate_request_duration_seconds",
-			Help: "Time to answer a request (to the end of the body; watches excluded), by route.",
+			Name:    "skewgate_request_duration_seconds",
+			Help:    "Time to answer a request (to the end of the body; watches excluded), by route.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"route"}),
 		fwdErrors: prometheus.NewCounterVec(prometheus.CounterOpts{

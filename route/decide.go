@@ -111,7 +111,7 @@ func local(t *Table, rule int, reason string) Decision {
 func capability(req Request) (func(Capabilities) bool, string) {
 	switch req.Kind {
 	case Resource:
-		what := req.GVR.String()
+		what := req.GVR.Group + "/" + req.GVR.Version + "/" + req.GVR.Resource
 		if req.Subresource != "" {
 			what += "/" + req.Subresource
 		}

@@ -5,6 +5,7 @@ import "github.com/spf13/cobra"
 // subcommands lists every subcommand; each lives in a file of its own.
 func subcommands() []*cobra.Command {
 	return []*cobra.Command{
+		newRunCmd(),
 		newSteerCmd(),
 	}
 }

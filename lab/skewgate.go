@@ -1,0 +1,79 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Ports of a skewgate running on a lab node.
+const (
+	SkewgatePort      = 16443
+	SkewgateAdminPort = 16444
+)
+
+// SkewgateURL is where clients in the root namespace reach node n's
+// skewgate directly (without steering).
+func SkewgateURL(n Node) string { return fmt.Sprintf("https://%s:%d", n.IP, SkewgatePort) }
+
+// SkewgateAdminURL is node n's skewgate admin listener.
+func SkewgateAdminURL(n Node) string { return fmt.Sprintf("http://%s:%d", n.IP, SkewgateAdminPort) }
+
+// SkewgatePinPath is node n's bpffs pin directory: one per node, so the
+// agents of several lab nodes on one kernel never share maps.
+func SkewgatePinPath(n Node) string { return "/sys/fs/bpf/skewgate-lab-" + n.Name }
+
+// SkewgateArgs are `skewgate run` flags for a skewgate in front of node n:
+// it reaches its own apiserver on loopback (never steered) and every other
+// node's apiserver as a peer.
+func (p *Plane) SkewgateArgs(n Node) []string {
+	var peers []string
+	for _, o := range p.Spec.Nodes {
+		if o.Name != n.Name {
+			peers = append(peers, o.URL())
+		}
+	}
+	serving := p.PKI.Serving[n.Name]
+	return []string{"run",
+		"--bind-address=" + n.IP.String(),
+		fmt.Sprintf("--secure-port=%d", SkewgatePort),
+		fmt.Sprintf("--metrics-bind-address=%s", netip.AddrPortFrom(n.IP, SkewgateAdminPort)),
+		"--tls-cert-file=" + serving.CertFile,
+		"--tls-private-key-file=" + serving.KeyFile,
+		"--client-ca-file=" + p.PKI.CAFile,
+		"--requestheader-client-ca-file=" + p.PKI.FrontProxyCA,
+		"--proxy-client-cert-file=" + p.PKI.FrontProxyClient.CertFile,
+		"--proxy-client-key-file=" + p.PKI.FrontProxyClient.KeyFile,
+		"--peer-ca-file=" + p.PKI.CAFile,
+		fmt.Sprintf("--local-apiserver=https://127.0.0.1:%d", APIServerPort),
+		"--peers=" + strings.Join(peers, ","),
+	}
+}
+
+// StartSkewgate starts bin with args (SkewgateArgs and more) inside node
+// name's namespace, records it for tear-down, and waits until its admin
+// /readyz passes.
+func (p *Plane) StartSkewgate(ctx context.Context, name, bin string, args []string, timeout time.Duration) (Proc, error) {
+	n, ok := p.Node(name)
+	if !ok {
+		return Proc{}, fmt.Errorf("no node %s", name)
+	}
+	proc, err := startProcess("skewgate-"+n.Name, bin, args, NetNSPath(n.Name), "", p.logFile("skewgate-"+n.Name))
+	if err != nil {
+		return Proc{}, err
+	}
+	if err := p.State.setProc(proc); err != nil {
+		return proc, err
+	}
+	ready := func(ctx context.Context) (bool, string) {
+		code, body, err := get(ctx, http.DefaultClient, SkewgateAdminURL(n)+"/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		return code == http.StatusOK, strings.TrimSpace(body)
+	}
+	return proc, waitReady(ctx, proc, timeout, ready)
+}
