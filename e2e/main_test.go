@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -46,5 +48,25 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "e2e: lab down:", err)
 		}
 	}()
+	if err := startSkewgate(ctx, dir); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	return m.Run()
+}
+
+// skewgateBin is the skewgate binary built for this run.
+var skewgateBin string
+
+// startSkewgate builds skewgate and runs it inside node-a's namespace in
+// front of node-a (v1.35.4), with node-b (v1.36.3) as its peer.
+func startSkewgate(ctx context.Context, dir string) error {
+	skewgateBin = filepath.Join(dir, "skewgate")
+	build := exec.CommandContext(ctx, "go", "build", "-o", skewgateBin, "github.com/skewgate/skewgate/cmd/skewgate")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build skewgate: %v\n%s", err, out)
+	}
+	a, _ := plane.Node("node-a")
+	_, err := plane.StartSkewgate(ctx, a.Name, skewgateBin, plane.SkewgateArgs(a), 30*time.Second)
+	return err
 }

@@ -1,0 +1,212 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/skewgate/skewgate/lab"
+)
+
+var workloadsGVR = schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "workloads"}
+
+// via is node-a's skewgate URL, reached directly (no steering).
+func via(t *testing.T) string { return lab.SkewgateURL(node(t, "node-a")) }
+
+// routed asserts the route headers of r.
+func routed(t *testing.T, what string, r response, code int, route, server string) {
+	t.Helper()
+	if r.Code != code || r.Header.Get("X-Skewgate-Route") != route || r.Header.Get("X-Skewgate-Server") != server {
+		t.Errorf("%s = %d route=%q server=%q, want %d route=%q server=%q: %s", what, r.Code,
+			r.Header.Get("X-Skewgate-Route"), r.Header.Get("X-Skewgate-Server"), code, route, server, trim(r.Body))
+	}
+}
+
+func trim(b []byte) string {
+	if len(b) > 300 {
+		return string(b[:300]) + "…"
+	}
+	return string(b)
+}
+
+func TestWorkloadsAnsweredByPeer(t *testing.T) {
+	admin, sg, b := client(t, plane.PKI.Admin), via(t), node(t, "node-b").IP.String()+":6443"
+	routed(t, "list", do(t, admin, http.MethodGet, sg+workloadsPath, nil), 200, "peer", b)
+	routed(t, "create", do(t, admin, http.MethodPost, sg+workloadsPath, workloadJSON("via-skewgate")), 201, "peer", b)
+	routed(t, "get", do(t, admin, http.MethodGet, sg+workloadsPath+"/via-skewgate", nil), 200, "peer", b)
+	routed(t, "delete", do(t, admin, http.MethodDelete, sg+workloadsPath+"/via-skewgate", nil), 200, "peer", b)
+	routed(t, "get deleted", do(t, admin, http.MethodGet, sg+workloadsPath+"/via-skewgate", nil), 404, "peer", b)
+}
+
+func TestCoreAnsweredLocally(t *testing.T) {
+	r := do(t, client(t, plane.PKI.Admin), http.MethodGet, via(t)+"/api/v1/namespaces", nil)
+	routed(t, "list namespaces", r, 200, "local", "127.0.0.1:6443")
+}
+
+func TestUnknownResourceIsGenuine404(t *testing.T) {
+	r := do(t, client(t, plane.PKI.Admin), http.MethodGet, via(t)+"/apis/example.com/v1/namespaces/default/widgets", nil)
+	routed(t, "list widgets", r, 404, "local", "127.0.0.1:6443")
+}
+
+func TestIdentity(t *testing.T) {
+	user, admin, sg := client(t, plane.PKI.User), client(t, plane.PKI.Admin), via(t)
+	spoof := []string{"X-Remote-User", "lab-admin", "X-Remote-Group", "system:masters", "X-Remote-Extra-Scopes", "all"}
+	for _, path := range []string{"/api/v1/namespaces", workloadsPath} {
+		if r := do(t, user, http.MethodGet, sg+path, nil); r.Code != http.StatusForbidden || !strings.Contains(string(r.Body), `User \"lab-user\"`) {
+			t.Errorf("user GET %s = %d, want the apiserver's 403 for lab-user: %s", path, r.Code, trim(r.Body))
+		}
+		if r := do(t, user, http.MethodGet, sg+path, nil, spoof...); r.Code != http.StatusForbidden || !strings.Contains(string(r.Body), `User \"lab-user\"`) {
+			t.Errorf("user GET %s with forged X-Remote-* = %d, want 403 for lab-user: %s", path, r.Code, trim(r.Body))
+		}
+	}
+	// A forged peer mark must not pin the request to the local server.
+	r := do(t, admin, http.MethodGet, sg+workloadsPath, nil, "X-Kubernetes-Peer-Proxied", "true")
+	routed(t, "list with forged peer mark", r, 200, "peer", node(t, "node-b").IP.String()+":6443")
+
+	r = do(t, admin, http.MethodGet, sg+"/api/v1/namespaces", nil, "Audit-ID", "e2e-audit-1")
+	if got := r.Header.Values("Audit-ID"); len(got) != 1 || got[0] != "e2e-audit-1" {
+		t.Errorf("Audit-ID = %q, want the client's, once", got)
+	}
+}
+
+// TestUpgradeCarriesIdentity sends an exec upgrade: the lab has no kubelet,
+// so the best a request can get is the apiserver's 404 for the pod, which
+// it only answers after authorizing the caller.
+func TestUpgradeCarriesIdentity(t *testing.T) {
+	path := via(t) + "/api/v1/namespaces/default/pods/nope/exec?command=true&stdout=true"
+	hdr := []string{"Connection", "Upgrade", "Upgrade", "SPDY/3.1", "X-Stream-Protocol-Version", "v4.channel.k8s.io"}
+	if r := do(t, client(t, plane.PKI.Admin), http.MethodPost, path, nil, hdr...); r.Code != http.StatusNotFound {
+		t.Errorf("admin exec upgrade = %d, want 404 for the pod: %s", r.Code, trim(r.Body))
+	}
+	spoofed := append(hdr, "X-Remote-User", "lab-admin", "X-Remote-Group", "system:masters")
+	if r := do(t, client(t, plane.PKI.User), http.MethodPost, path, nil, spoofed...); r.Code != http.StatusForbidden {
+		t.Errorf("user exec upgrade with forged identity = %d, want 403: %s", r.Code, trim(r.Body))
+	}
+}
+
+func restConfig(t *testing.T, host string) *rest.Config {
+	return &rest.Config{Host: host, TLSClientConfig: rest.TLSClientConfig{
+		CAFile: plane.PKI.CAFile, CertFile: plane.PKI.Admin.CertFile, KeyFile: plane.PKI.Admin.KeyFile}}
+}
+
+func TestClientGoDiscoverySeesPeerGroup(t *testing.T) {
+	dc, err := discovery.NewDiscoveryClientForConfig(restConfig(t, via(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lists, err := dc.ServerGroupsAndResources()
+	if err != nil {
+		t.Fatalf("discovery through skewgate: %v", err)
+	}
+	found := false
+	for _, l := range lists {
+		if l.GroupVersion != workloadsGVR.GroupVersion().String() {
+			continue
+		}
+		for _, r := range l.APIResources {
+			found = found || r.Name == "workloads"
+		}
+	}
+	if !found {
+		t.Fatal("client-go discovery through skewgate does not list scheduling.k8s.io/v1alpha2 workloads")
+	}
+	direct, err := discovery.NewDiscoveryClientForConfig(restConfig(t, node(t, "node-a").URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.ServerResourcesForGroupVersion(workloadsGVR.GroupVersion().String()); err == nil {
+		t.Error("node-a lists scheduling.k8s.io/v1alpha2 directly: the lab no longer shows the skew")
+	}
+}
+
+func TestWatchSeesObjectCreatedOnPeer(t *testing.T) {
+	dyn, err := dynamic.NewForConfig(restConfig(t, via(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := dyn.Resource(workloadsGVR).Namespace("default").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("watch through skewgate: %v", err)
+	}
+	defer w.Stop()
+	admin := client(t, plane.PKI.Admin)
+	b := node(t, "node-b").URL()
+	if r := do(t, admin, http.MethodPost, b+workloadsPath, workloadJSON("watched")); r.Code != http.StatusCreated {
+		t.Fatalf("create via node-b = %d: %s", r.Code, trim(r.Body))
+	}
+	defer do(t, admin, http.MethodDelete, b+workloadsPath+"/watched", nil)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("watch closed before the event arrived")
+			}
+			if ev.Type == watch.Added && objectName(ev.Object) == "watched" {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("no ADDED event through skewgate for an object created on node-b")
+		}
+	}
+}
+
+func objectName(o any) string {
+	m, ok := o.(interface{ GetName() string })
+	if !ok {
+		return ""
+	}
+	return m.GetName()
+}
+
+// TestZPeerDownIs503 runs last (Z): it stops node-b. Requests for workloads
+// must turn into 503 Status within 3 s — never a 404 — and come back after
+// node-b does.
+func TestZPeerDownIs503(t *testing.T) {
+	admin, sg := client(t, plane.PKI.Admin), via(t)
+	if err := plane.StopNode("node-b"); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	t.Cleanup(func() {
+		if err := plane.StartNode(context.Background(), "node-b", 60*time.Second); err != nil {
+			t.Errorf("restart node-b: %v", err)
+		}
+	})
+	var last response
+	for time.Since(stopped) < 3*time.Second {
+		last = do(t, admin, http.MethodGet, sg+workloadsPath, nil)
+		if last.Code == http.StatusNotFound {
+			t.Fatalf("false 404 %s after node-b stopped: %s", time.Since(stopped), trim(last.Body))
+		}
+		if last.Code == http.StatusServiceUnavailable {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if last.Code != http.StatusServiceUnavailable {
+		t.Fatalf("3 s after node-b stopped: %d, want 503: %s", last.Code, trim(last.Body))
+	}
+	t.Logf("503 after %s", time.Since(stopped).Round(time.Millisecond))
+	var st metav1.Status
+	if err := json.Unmarshal(last.Body, &st); err != nil || st.Kind != "Status" || st.Reason != metav1.StatusReasonServiceUnavailable {
+		t.Errorf("503 body is not a ServiceUnavailable Status (%v): %s", err, trim(last.Body))
+	}
+	if last.Header.Get("Retry-After") == "" || last.Header.Get("X-Skewgate-Route") != "unavailable" {
+		t.Errorf("503 headers: Retry-After=%q X-Skewgate-Route=%q", last.Header.Get("Retry-After"), last.Header.Get("X-Skewgate-Route"))
+	}
+	if r := do(t, admin, http.MethodGet, sg+"/api/v1/namespaces", nil); r.Code != http.StatusOK {
+		t.Errorf("core request while node-b is down = %d", r.Code)
+	}
+}
