@@ -1,0 +1,177 @@
+package forward
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+)
+
+// upstream is a TLS test server standing in for an apiserver in these edge
+// cases; the lab's real apiservers prove forwarding end to end.
+type upstream struct {
+	*httptest.Server
+	hits atomic.Int32
+}
+
+func newUpstream(t *testing.T) *upstream {
+	u := &upstream{}
+	u.Server = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.hits.Add(1)
+		w.Write([]byte("ok"))
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func trustFor(t *testing.T, srv *httptest.Server) Trust {
+	t.Helper()
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	ca, err := dynamiccertificates.NewStaticCAContent("test", caPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM := keyPair(t, "front-proxy-client", x509.ExtKeyUsageClientAuth)
+	client, err := dynamiccertificates.NewStaticCertKeyContent("client", certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Trust{PeerCA: ca, ClientCert: client}
+}
+
+// keyPair is a throwaway self-signed certificate valid for 127.0.0.1.
+func keyPair(t *testing.T, cn string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pk})
+}
+
+// deadBackend points at a port nobody listens on: connecting fails before
+// any byte of a request is sent.
+func deadBackend(t *testing.T, trust Trust) *Backend {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return NewBackend("dead", &url.URL{Scheme: "https", Host: addr}, trust)
+}
+
+func backendFor(t *testing.T, id string, srv *httptest.Server, trust Trust) *Backend {
+	u, _ := url.Parse(srv.URL)
+	return NewBackend(id, u, trust)
+}
+
+func TestIdempotentFailsOverBeforeFirstByte(t *testing.T) {
+	up := newUpstream(t)
+	trust := trustFor(t, up.Server)
+	var failed []string
+	fr := Request{
+		Candidates: []*Backend{deadBackend(t, trust), backendFor(t, "alive", up.Server, trust)},
+		Idempotent: true,
+		ConnFailed: func(id string, _ error) { failed = append(failed, id) },
+	}
+	w := httptest.NewRecorder()
+	Forward(w, httptest.NewRequest(http.MethodGet, "/apis/g/v/rs", nil), fr)
+	if w.Code != http.StatusOK || w.Header().Get(HeaderServer) != "alive" || up.hits.Load() != 1 {
+		t.Fatalf("GET = %d from %q (%d upstream hits), want 200 from alive", w.Code, w.Header().Get(HeaderServer), up.hits.Load())
+	}
+	if len(failed) != 1 || failed[0] != "dead" {
+		t.Errorf("connection failures reported for %v, want [dead]", failed)
+	}
+}
+
+func TestWriteIsNeverRetried(t *testing.T) {
+	up := newUpstream(t)
+	trust := trustFor(t, up.Server)
+	fr := Request{Candidates: []*Backend{deadBackend(t, trust), backendFor(t, "alive", up.Server, trust)}}
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "/apis/g/v/namespaces/n/rs", nil)
+	r.Header.Set("Accept", "application/json")
+	Forward(w, r, fr)
+	if up.hits.Load() != 0 {
+		t.Fatal("a write was sent to a second server after the first failed")
+	}
+	assertUnavailable(t, w)
+}
+
+func TestUntrustedServerIsNotForwardedTo(t *testing.T) {
+	trusted := newUpstream(t)
+	// The impostor serves a certificate of its own making for the same
+	// address; the peer CA (trusted's) did not sign it.
+	up := &upstream{}
+	up.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { up.hits.Add(1) }))
+	certPEM, keyPEM := keyPair(t, "impostor", x509.ExtKeyUsageServerAuth)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	fr := Request{Candidates: []*Backend{backendFor(t, "impostor", up.Server, trustFor(t, trusted.Server))}, Idempotent: true}
+	w := httptest.NewRecorder()
+	Forward(w, httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil), fr)
+	if up.hits.Load() != 0 {
+		t.Fatal("request reached a server whose certificate the peer CA does not trust")
+	}
+	assertUnavailable(t, w)
+}
+
+func assertUnavailable(t *testing.T, w *httptest.ResponseRecorder) {
+	t.Helper()
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" || w.Header().Get(HeaderRoute) != "unavailable" {
+		t.Fatalf("got %d Retry-After=%q route=%q, want 503 with Retry-After, route unavailable", w.Code, w.Header().Get("Retry-After"), w.Header().Get(HeaderRoute))
+	}
+	var st metav1.Status
+	if err := runtime.DecodeInto(statusCodecs.UniversalDecoder(), w.Body.Bytes(), &st); err != nil {
+		t.Fatalf("body is not a Status: %v: %s", err, w.Body)
+	}
+	if st.Reason != metav1.StatusReasonServiceUnavailable || st.Code != 503 {
+		t.Errorf("status = %s %d", st.Reason, st.Code)
+	}
+}
+
+func TestUnavailableNegotiatesProtobuf(t *testing.T) {
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil)
+	r.Header.Set("Accept", "application/vnd.kubernetes.protobuf")
+	Unavailable(w, r, "peer gone")
+	if ct := w.Header().Get("Content-Type"); ct != "application/vnd.kubernetes.protobuf" {
+		t.Errorf("content type %q, want protobuf as asked", ct)
+	}
+	var st metav1.Status
+	if err := runtime.DecodeInto(statusCodecs.UniversalDecoder(), w.Body.Bytes(), &st); err != nil || st.Code != 503 {
+		t.Errorf("protobuf Status: %v %+v", err, st)
+	}
+}
