@@ -29,8 +29,11 @@ unit:
 vet:
 	$(GO) vet ./...
 
+# SKEWGATE=on runs skewgate on every node, steering the node's IP:6443.
+LAB_SKEWGATE := $(if $(filter on,$(SKEWGATE)),--skewgate $(BIN)/skewgate,)
+
 lab-up: lab-build
-	$(BIN)/skewlab up --dir $(LAB_DIR) --nodes $(NODES)
+	$(BIN)/skewlab up --dir $(LAB_DIR) --nodes $(NODES) $(LAB_SKEWGATE)
 
 lab-down: build
 	$(BIN)/skewlab down --dir $(LAB_DIR)

@@ -67,6 +67,6 @@ func startSkewgate(ctx context.Context, dir string) error {
 		return fmt.Errorf("build skewgate: %v\n%s", err, out)
 	}
 	a, _ := plane.Node("node-a")
-	_, err := plane.StartSkewgate(ctx, a.Name, skewgateBin, plane.SkewgateArgs(a), 30*time.Second)
+	_, err := plane.StartSkewgate(ctx, a.Name, skewgateBin, false, 30*time.Second)
 	return err
 }

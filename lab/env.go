@@ -96,13 +96,13 @@ func (p *Plane) WriteEnv(extra map[string]string) error {
 	return writeFile(EnvPath(p.Dir), FormatEnv(vars))
 }
 
-func (p *Plane) writeClientFiles() error {
+func (p *Plane) writeClientFiles(extra map[string]string) error {
 	for _, n := range p.Spec.Nodes {
 		if err := writeKubeconfig(KubeconfigPath(p.Dir, n.Name), n, p.PKI); err != nil {
 			return err
 		}
 	}
-	return p.WriteEnv(nil)
+	return p.WriteEnv(extra)
 }
 
 // writeKubeconfig writes an admin kubeconfig for node n.

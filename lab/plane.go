@@ -17,6 +17,9 @@ type Options struct {
 	Spec         Spec
 	ReadyTimeout time.Duration
 	Progress     io.Writer
+	// Skewgate, if set, is the skewgate binary to run on every node,
+	// steering the node's IP:6443 into itself.
+	Skewgate string
 }
 
 // Plane is a running lab control plane.
@@ -55,7 +58,7 @@ func Up(ctx context.Context, o Options) (*Plane, error) {
 		return nil, err
 	}
 	p := &Plane{Dir: o.Dir, Spec: o.Spec, Bins: bins, out: o.Progress}
-	if err := p.up(ctx, o.ReadyTimeout); err != nil {
+	if err := p.up(ctx, o.ReadyTimeout, o.Skewgate); err != nil {
 		if derr := Down(o.Dir); derr != nil {
 			err = errors.Join(err, fmt.Errorf("tear down after failure: %w", derr))
 		}
@@ -75,7 +78,7 @@ func refuseIfUp(dir string) error {
 	return nil
 }
 
-func (p *Plane) up(ctx context.Context, readyTimeout time.Duration) error {
+func (p *Plane) up(ctx context.Context, readyTimeout time.Duration, skewgate string) error {
 	start := time.Now()
 	for _, sub := range []string{"pki", "logs"} {
 		if err := os.MkdirAll(filepath.Join(p.Dir, sub), 0o755); err != nil {
@@ -96,7 +99,17 @@ func (p *Plane) up(ctx context.Context, readyTimeout time.Duration) error {
 			return err
 		}
 	}
-	if err := p.writeClientFiles(); err != nil {
+	var extra map[string]string
+	if skewgate != "" {
+		for _, n := range p.Spec.Nodes {
+			if _, err := p.StartSkewgate(ctx, n.Name, skewgate, true, readyTimeout); err != nil {
+				return err
+			}
+			fmt.Fprintf(p.out, "lab: %s skewgate steering %s:%d (pins %s)\n", n.Name, n.IP, APIServerPort, SkewgatePinPath(n))
+		}
+		extra = p.SkewgateEnv()
+	}
+	if err := p.writeClientFiles(extra); err != nil {
 		return err
 	}
 	fmt.Fprintf(p.out, "lab: plane ready in %s; env in %s\n", time.Since(start).Round(100*time.Millisecond), EnvPath(p.Dir))
@@ -201,6 +214,13 @@ func Down(dir string) error {
 	if st.Bridge {
 		if err := deleteBridge(); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	// Unlinking a pin detaches what it holds once nothing else does: the
+	// skewgates are gone, so their programs and maps go with the pins.
+	for _, dir := range st.Pins {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove pins %s: %w", dir, err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -42,20 +42,26 @@ func (p Proc) Stop(grace time.Duration) error {
 	if err := syscall.Kill(p.PID, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("signal %s (pid %d): %w", p.Name, p.PID, err)
 	}
-	deadline := time.Now().Add(grace)
-	for time.Now().Before(deadline) {
-		if !p.Alive() {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
+	if p.waitGone(grace) {
+		return nil
 	}
 	if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil && p.Alive() {
 		return fmt.Errorf("kill %s (pid %d): %w", p.Name, p.PID, err)
 	}
-	for i := 0; i < 100 && p.Alive(); i++ {
+	p.waitGone(2 * time.Second)
+	return nil
+}
+
+// waitGone waits up to d for p to be reaped (by this process or by init).
+func (p Proc) waitGone(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for !p.Gone() {
+		if time.Now().After(deadline) {
+			return false
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return nil
+	return true
 }
 
 // logTail returns the last n lines of file, for error messages.

@@ -53,13 +53,27 @@ func (p *Plane) SkewgateArgs(n Node) []string {
 	}
 }
 
-// StartSkewgate starts bin with args (SkewgateArgs and more) inside node
-// name's namespace, records it for tear-down, and waits until its admin
-// /readyz passes.
-func (p *Plane) StartSkewgate(ctx context.Context, name, bin string, args []string, timeout time.Duration) (Proc, error) {
+// SteeringArgs are the flags that make node n's skewgate steer n's
+// IP:6443 into itself, with its own pin path.
+func SteeringArgs(n Node) []string {
+	return []string{"--steering", fmt.Sprintf("--steer-address=%s", netip.AddrPortFrom(n.IP, APIServerPort)),
+		"--pin-path=" + SkewgatePinPath(n)}
+}
+
+// StartSkewgate starts skewgate (bin) inside node name's namespace in front
+// of its apiserver, steering its IP:6443 when steering is set; records it
+// (and its pins) for tear-down; and waits until its admin /readyz passes.
+func (p *Plane) StartSkewgate(ctx context.Context, name, bin string, steering bool, timeout time.Duration) (Proc, error) {
 	n, ok := p.Node(name)
 	if !ok {
 		return Proc{}, fmt.Errorf("no node %s", name)
+	}
+	args := p.SkewgateArgs(n)
+	if steering {
+		args = append(args, SteeringArgs(n)...)
+		if err := p.State.addPins(SkewgatePinPath(n)); err != nil {
+			return Proc{}, err
+		}
 	}
 	proc, err := startProcess("skewgate-"+n.Name, bin, args, NetNSPath(n.Name), "", p.logFile("skewgate-"+n.Name))
 	if err != nil {
@@ -76,4 +90,16 @@ func (p *Plane) StartSkewgate(ctx context.Context, name, bin string, args []stri
 		return code == http.StatusOK, strings.TrimSpace(body)
 	}
 	return proc, waitReady(ctx, proc, timeout, ready)
+}
+
+// SkewgateEnv are the .lab/env variables of the nodes' skewgates.
+func (p *Plane) SkewgateEnv() map[string]string {
+	e := map[string]string{}
+	for _, n := range p.Spec.Nodes {
+		k := "LAB_" + n.EnvName() + "_"
+		e[k+"PIN_PATH"] = SkewgatePinPath(n)
+		e[k+"METRICS_URL"] = SkewgateAdminURL(n) + "/metrics"
+		e[k+"SKEWGATE_URL"] = SkewgateURL(n)
+	}
+	return e
 }

@@ -87,6 +87,15 @@ func procStartTime(pid int) (uint64, error) {
 	return strconv.ParseUint(fields[19], 10, 64)
 }
 
+// Gone reports whether p has fully exited and been reaped. A killed
+// multi-threaded process shows its leader as a zombie while other threads
+// still hold its file descriptors (a listening socket, say): only Gone says
+// those are closed.
+func (p Proc) Gone() bool {
+	st, err := procStartTime(p.PID)
+	return err != nil || st != p.StartTime
+}
+
 // Alive reports whether p still runs (and is the same process).
 func (p Proc) Alive() bool {
 	st, err := procStartTime(p.PID)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // State records everything a lab plane created, written before (namespaces,
@@ -16,7 +17,9 @@ type State struct {
 	Bridge bool     `json:"bridge"`
 	NetNS  []string `json:"netns"`
 	Procs  []Proc   `json:"procs"`
-	path   string
+	// Pins are bpffs directories of skewgates started with steering.
+	Pins []string `json:"pins,omitempty"`
+	path string
 }
 
 func statePath(dir string) string { return filepath.Join(dir, "state.json") }
@@ -52,7 +55,9 @@ func (s *State) save() error {
 }
 
 // Empty reports whether the state holds nothing to tear down.
-func (s *State) Empty() bool { return !s.Bridge && len(s.NetNS) == 0 && len(s.Procs) == 0 }
+func (s *State) Empty() bool {
+	return !s.Bridge && len(s.NetNS) == 0 && len(s.Procs) == 0 && len(s.Pins) == 0
+}
 
 // Proc returns the recorded process called name.
 func (s *State) Proc(name string) (Proc, bool) {
@@ -72,5 +77,12 @@ func (s *State) setProc(p Proc) error {
 		}
 	}
 	s.Procs = append(s.Procs, p)
+	return s.save()
+}
+
+func (s *State) addPins(dir string) error {
+	if !slices.Contains(s.Pins, dir) {
+		s.Pins = append(s.Pins, dir)
+	}
 	return s.save()
 }

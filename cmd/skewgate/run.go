@@ -95,7 +95,6 @@ func run(ctx context.Context, o runOptions) error {
 	if err := checkReachable(ctx, local, forward.NewBackend("check", local, trust)); err != nil {
 		return err
 	}
-	go members.Run(ctx)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), members)
@@ -111,6 +110,9 @@ func run(ctx context.Context, o runOptions) error {
 		return err
 	}
 	defer steering.close()
+	// After steering: connstat must see the first connections to every
+	// apiserver, which the probes open and HTTP/2 then keeps.
+	go members.Run(ctx)
 	extra := map[string]admin.Extra{"steering": steering.status}
 	adminSrv, err := serveAdmin(o.metricsBindAddress, admin.Handler(members, reg, extra))
 	if err != nil {

@@ -93,7 +93,11 @@ func (s *steerOptions) listen(ctx context.Context, addr string, local string, pe
 		reg.MustRegister(cs)
 		out.cs = cs
 	}
-	log.Info("steering", "target", target.String(), "status", st.Status().String())
+	if st.Status().State == agent.StateDisabled {
+		log.Warn("steering disabled; proxying clients that reach the listener directly", "reason", st.Status().String())
+	} else {
+		log.Info("steering installed", "target", target.String(), "pins", s.pinPath)
+	}
 	return ln, out, nil
 }
 
@@ -103,6 +107,9 @@ func (s *steerOptions) listen(ctx context.Context, addr string, local string, pe
 func (s *steerOptions) targets(local string, peers []string) (netip.AddrPort, []netip.Prefix, error) {
 	addr := s.address
 	if addr == "" {
+		if ip, err := netip.ParseAddr(local); err != nil || ip.IsLoopback() {
+			return netip.AddrPort{}, nil, fmt.Errorf("--steer-address is required with --steering when --local-apiserver (%s) is not the node's IP", local)
+		}
 		addr = net.JoinHostPort(local, "6443")
 	}
 	target, err := netip.ParseAddrPort(addr)

@@ -40,6 +40,7 @@ func newUpCmd() *cobra.Command {
 	f.StringVar(&nodes, "nodes", nodes, "nodes as name=version, comma-separated (e.g. "+
 		strings.Join([]string{"node-a=" + lab.OldVersion, "node-b=" + lab.NewVersion, "node-c=" + lab.NewVersion}, ",")+")")
 	f.BoolVar(&o.Spec.InTreeProxy, "in-tree-proxy", false, "enable kube-apiserver's own Mixed Version Proxy, for comparison")
+	f.StringVar(&o.Skewgate, "skewgate", "", "skewgate binary to run on every node, steering the node's IP:6443 (make lab-up SKEWGATE=on)")
 	f.DurationVar(&o.ReadyTimeout, "ready-timeout", 90*time.Second, "how long each process may take to become ready")
 	return cmd
 }
