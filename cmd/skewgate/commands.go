@@ -6,6 +6,8 @@ import "github.com/spf13/cobra"
 func subcommands() []*cobra.Command {
 	return []*cobra.Command{
 		newRunCmd(),
+		newRoutesCmd(),
+		newExplainCmd(),
 		newSteerCmd(),
 	}
 }

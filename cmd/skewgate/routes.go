@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skewgate/skewgate/admin"
+)
+
+const defaultAdmin = "http://127.0.0.1:16444"
+
+func newRoutesCmd() *cobra.Command {
+	adminURL, all := defaultAdmin, false
+	cmd := &cobra.Command{
+		Use:   "routes",
+		Short: "Show each apiserver's health and capabilities, and the resources routed away from the local server",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var v admin.RoutesView
+			if err := getJSON(cmd.Context(), adminURL+"/debug/routes", &v); err != nil {
+				return err
+			}
+			printRoutes(cmd.OutOrStdout(), v, all)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&adminURL, "admin", adminURL, "skewgate's admin listener (--metrics-bind-address)")
+	cmd.Flags().BoolVar(&all, "all", false, "list locally answered resources too")
+	return cmd
+}
+
+func printRoutes(out io.Writer, v admin.RoutesView, all bool) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVER\tLOCAL\tHEALTHY\tLATENCY\tDISCOVERY AGE\tGROUP/VERSIONS\tLAST ERROR")
+	for _, s := range v.Servers {
+		fmt.Fprintf(tw, "%s\t%t\t%t\t%s\t%s\t%d\t%s\n", s.ID, s.Local, s.Healthy, s.Latency.Round(10*time.Microsecond),
+			orDash(s.DiscoveryAge), len(s.GroupVersions), orDash(s.LastError+s.DiscoveryError))
+	}
+	tw.Flush()
+	fmt.Fprintln(out)
+	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RESOURCE\tROUTE\tRULE\tSERVERS")
+	local := 0
+	for _, r := range v.Routes {
+		if r.Route == "local" && !all {
+			local++
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", r.Resource, r.Route, r.Rule, strings.Join(r.Servers, ","))
+	}
+	tw.Flush()
+	if local > 0 {
+		fmt.Fprintf(out, "(%d resources answered by the local server; --all lists them)\n", local)
+	}
+	for k, e := range v.Extra {
+		data, _ := json.Marshal(e)
+		fmt.Fprintf(out, "%s: %s\n", k, data)
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newExplainCmd() *cobra.Command {
+	adminURL := defaultAdmin
+	cmd := &cobra.Command{
+		Use:   "explain VERB PATH",
+		Short: "Explain where skewgate sends a request, and why (e.g. explain list /apis/scheduling.k8s.io/v1alpha2/workloads)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var e admin.Explanation
+			q := url.Values{"verb": {args[0]}, "path": {args[1]}}
+			if err := getJSON(cmd.Context(), adminURL+"/debug/explain?"+q.Encode(), &e); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%s %s\n  kind:    %s, verb %s", e.Method, e.Path, e.Kind, e.Verb)
+			if e.Resource != "" {
+				fmt.Fprintf(out, ", resource %s", e.Resource)
+				if e.Subresource != "" {
+					fmt.Fprintf(out, "/%s", e.Subresource)
+				}
+			}
+			fmt.Fprintf(out, "\n  route:   %s (rule %d) → %s\n  because: %s\n", e.Route, e.Rule, strings.Join(e.Servers, ", "), e.Reason)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&adminURL, "admin", adminURL, "skewgate's admin listener (--metrics-bind-address)")
+	return cmd
+}
+
+// getJSON reads an admin endpoint; a non-200 answer is an error with its
+// body, so the operator sees what the agent said.
+func getJSON(ctx context.Context, u string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("skewgate admin listener: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return json.Unmarshal(body, v)
+}
