@@ -28,7 +28,7 @@ type response struct {
 	Body   []byte
 }
 
-func do(t *testing.T, c *http.Client, method, url string, body []byte, hdr ...string) response {
+func do(t testing.TB, c *http.Client, method, url string, body []byte, hdr ...string) response {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -54,7 +54,7 @@ func do(t *testing.T, c *http.Client, method, url string, body []byte, hdr ...st
 	return response{Code: resp.StatusCode, Header: resp.Header, Body: data}
 }
 
-func client(t *testing.T, kp lab.KeyPair) *http.Client {
+func client(t testing.TB, kp lab.KeyPair) *http.Client {
 	t.Helper()
 	c, err := plane.PKI.HTTPClient(kp)
 	if err != nil {
@@ -63,7 +63,7 @@ func client(t *testing.T, kp lab.KeyPair) *http.Client {
 	return c
 }
 
-func node(t *testing.T, name string) lab.Node {
+func node(t testing.TB, name string) lab.Node {
 	t.Helper()
 	n, ok := plane.Node(name)
 	if !ok {

@@ -20,7 +20,7 @@ import (
 var workloadsGVR = schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "workloads"}
 
 // via is node-a's skewgate URL, reached directly (no steering).
-func via(t *testing.T) string { return lab.SkewgateURL(node(t, "node-a")) }
+func via(t testing.TB) string { return lab.SkewgateURL(node(t, "node-a")) }
 
 // routed asserts the route headers of r.
 func routed(t *testing.T, what string, r response, code int, route, server string) {

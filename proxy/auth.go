@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
@@ -70,18 +73,71 @@ func (a *callerAuth) authenticate(r *http.Request) (Caller, error) {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return Caller{}, nil
 	}
+	// A connection's certificate chain never changes: verify it once per
+	// connection, not once per request (HTTP/2 multiplexes many).
+	v := verdictFrom(r.Context())
+	if v == nil {
+		return a.verify(r)
+	}
+	v.once.Do(func() { v.peer, v.user, v.err = a.verifyChain(r) })
+	if v.peer {
+		return a.peerCaller(r), nil
+	}
+	return Caller{User: v.user}, v.err
+}
+
+// verify authenticates r without a per-connection verdict.
+func (a *callerAuth) verify(r *http.Request) (Caller, error) {
+	peer, u, err := a.verifyChain(r)
+	if peer {
+		return a.peerCaller(r), nil
+	}
+	return Caller{User: u}, err
+}
+
+// verifyChain classifies the client certificate: a peer's, a user's, or
+// untrusted.
+func (a *callerAuth) verifyChain(r *http.Request) (peer bool, u user.Info, err error) {
 	if a.isPeer(r.TLS.PeerCertificates) {
-		c := Caller{Peer: true}
-		if resp, ok, _ := a.headers.AuthenticateRequest(r); ok {
-			c.User = resp.User // a peer forwarding an anonymous request asserts nobody
-		}
-		return c, nil
+		return true, nil, nil
 	}
 	resp, ok, err := a.users.AuthenticateRequest(r)
 	if ok {
-		return Caller{User: resp.User}, nil
+		return false, resp.User, nil
 	}
-	return Caller{}, fmt.Errorf("%w: %v", ErrUntrustedClient, err)
+	return false, nil, fmt.Errorf("%w: %v", ErrUntrustedClient, err)
+}
+
+// peerCaller reads the user a verified peer asserts; headers differ per
+// request, so this is never cached.
+func (a *callerAuth) peerCaller(r *http.Request) Caller {
+	c := Caller{Peer: true}
+	if resp, ok, _ := a.headers.AuthenticateRequest(r); ok {
+		c.User = resp.User // a peer forwarding an anonymous request asserts nobody
+	}
+	return c
+}
+
+// connVerdict caches the verification of one connection's client
+// certificate.
+type connVerdict struct {
+	once sync.Once
+	peer bool
+	user user.Info
+	err  error
+}
+
+type verdictKey struct{}
+
+// withConnVerdict is http.Server.ConnContext: a fresh verdict per
+// connection.
+func withConnVerdict(ctx context.Context, _ net.Conn) context.Context {
+	return context.WithValue(ctx, verdictKey{}, &connVerdict{})
+}
+
+func verdictFrom(ctx context.Context) *connVerdict {
+	v, _ := ctx.Value(verdictKey{}).(*connVerdict)
+	return v
 }
 
 // isPeer verifies the chain against the requestheader CA and the leaf's

@@ -45,7 +45,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, t TLS) error {
 		TLSConfig:         &tls.Config{GetConfigForClient: ctrl.GetConfigForClient, NextProtos: base.NextProtos},
 		ReadHeaderTimeout: 30 * time.Second,
 		MaxHeaderBytes:    1 << 20,
-		ErrorLog:          nil,
+		ConnContext:       withConnVerdict,
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
