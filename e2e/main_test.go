@@ -59,7 +59,9 @@ func run(m *testing.M) int {
 var skewgateBin string
 
 // startSkewgate builds skewgate and runs it inside node-a's namespace in
-// front of node-a (v1.35.4), with node-b (v1.36.3) as its peer.
+// front of node-a (v1.35.4). It finds its peer node-b (v1.36.3) in the
+// cluster's default/kubernetes EndpointSlices (--kubeconfig), so every test
+// of this package also proves that membership.
 func startSkewgate(ctx context.Context, dir string) error {
 	skewgateBin = filepath.Join(dir, "skewgate")
 	build := exec.CommandContext(ctx, "go", "build", "-o", skewgateBin, "github.com/skewgate/skewgate/cmd/skewgate")
@@ -67,6 +69,6 @@ func startSkewgate(ctx context.Context, dir string) error {
 		return fmt.Errorf("build skewgate: %v\n%s", err, out)
 	}
 	a, _ := plane.Node("node-a")
-	_, err := plane.StartSkewgate(ctx, a.Name, skewgateBin, false, 30*time.Second)
+	_, err := plane.StartSkewgate(ctx, a.Name, skewgateBin, lab.SkewgateMode{Kubeconfig: true}, 30*time.Second)
 	return err
 }

@@ -37,7 +37,7 @@ func steer(t *testing.T, pinPath, onOff string) {
 func TestSteering(t *testing.T) {
 	b := node(t, "node-b")
 	ctx := context.Background()
-	proc, err := plane.StartSkewgate(ctx, b.Name, skewgateBin, true, 30*time.Second)
+	proc, err := plane.StartSkewgate(ctx, b.Name, skewgateBin, lab.SkewgateMode{Steering: true}, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

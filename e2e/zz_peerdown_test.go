@@ -4,49 +4,87 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/skewgate/skewgate/lab"
 )
 
-// TestZPeerDownIs503 runs last (Z): it stops node-b. Requests for workloads
-// must turn into 503 Status within 3 s — never a 404 — and come back after
-// node-b does.
-func TestZPeerDownIs503(t *testing.T) {
+// TestZPeerDown runs last (Z): it takes node-b away, gracefully and by a
+// crash. Requests for workloads must turn into 503 Status within 3 s —
+// never a 404 — and be answered by node-b again once it is back.
+func TestZPeerDown(t *testing.T) {
+	t.Run("graceful", func(t *testing.T) {
+		peerDown(t, func() error { return plane.StopNode("node-b") }, true)
+	})
+	t.Run("crash", func(t *testing.T) {
+		peerDown(t, func() error { return plane.KillNode("node-b") }, false)
+	})
+}
+
+func peerDown(t *testing.T, takeDown func() error, departs bool) {
 	admin, sg := client(t, plane.PKI.Admin), via(t)
-	if err := plane.StopNode("node-b"); err != nil {
+	// Poll from the moment the signal goes out: a 404 while node-b shuts
+	// down counts as much as one after.
+	down := time.Now()
+	gone := make(chan error, 1)
+	go func() { gone <- takeDown() }()
+	last := pollUntil(t, admin, sg+workloadsPath, http.StatusServiceUnavailable, 3*time.Second)
+	t.Logf("503 %s after node-b was signalled", time.Since(down).Round(time.Millisecond))
+	if err := <-gone; err != nil {
 		t.Fatal(err)
 	}
-	stopped := time.Now()
-	t.Cleanup(func() {
-		if err := plane.StartNode(context.Background(), "node-b", 60*time.Second); err != nil {
-			t.Errorf("restart node-b: %v", err)
+	assertUnavailableStatus(t, last)
+	if r := do(t, admin, http.MethodGet, sg+"/api/v1/namespaces", nil); r.Code != http.StatusOK {
+		t.Errorf("core request while node-b is down = %d", r.Code)
+	}
+	if departs {
+		// A graceful shutdown removes node-b from default/kubernetes:
+		// skewgate must still remember what it served.
+		waitFor(t, 10*time.Second, "node-b departed in /debug/routes", func() bool {
+			return strings.Contains(string(do(t, http.DefaultClient, http.MethodGet, lab.SkewgateAdminURL(node(t, "node-a"))+"/debug/routes", nil).Body), `"departed"`)
+		})
+		assertUnavailableStatus(t, do(t, admin, http.MethodGet, sg+workloadsPath, nil))
+	}
+	if err := plane.StartNode(context.Background(), "node-b", 60*time.Second); err != nil {
+		t.Fatalf("restart node-b: %v", err)
+	}
+	up := time.Now()
+	r := pollUntil(t, admin, sg+workloadsPath, http.StatusOK, 15*time.Second)
+	routed(t, "workloads after node-b is back", r, http.StatusOK, "peer", node(t, "node-b").IP.String()+":6443")
+	t.Logf("200 from node-b %s after it was ready again", time.Since(up).Round(time.Millisecond))
+}
+
+// pollUntil asks url every 100 ms until it answers code; a 404 on the way
+// is the false 404 skewgate exists to prevent.
+func pollUntil(t *testing.T, c *http.Client, url string, code int, within time.Duration) response {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		r := do(t, c, http.MethodGet, url, nil)
+		if r.Code == http.StatusNotFound {
+			t.Fatalf("false 404 while waiting for %d: %s", code, trim(r.Body))
 		}
-	})
-	var last response
-	for time.Since(stopped) < 3*time.Second {
-		last = do(t, admin, http.MethodGet, sg+workloadsPath, nil)
-		if last.Code == http.StatusNotFound {
-			t.Fatalf("false 404 %s after node-b stopped: %s", time.Since(stopped), trim(last.Body))
+		if r.Code == code {
+			return r
 		}
-		if last.Code == http.StatusServiceUnavailable {
-			break
+		if time.Now().After(deadline) {
+			t.Fatalf("no %d within %s; last %d: %s", code, within, r.Code, trim(r.Body))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if last.Code != http.StatusServiceUnavailable {
-		t.Fatalf("3 s after node-b stopped: %d, want 503: %s", last.Code, trim(last.Body))
-	}
-	t.Logf("503 after %s", time.Since(stopped).Round(time.Millisecond))
+}
+
+func assertUnavailableStatus(t *testing.T, r response) {
+	t.Helper()
 	var st metav1.Status
-	if err := json.Unmarshal(last.Body, &st); err != nil || st.Kind != "Status" || st.Reason != metav1.StatusReasonServiceUnavailable {
-		t.Errorf("503 body is not a ServiceUnavailable Status (%v): %s", err, trim(last.Body))
+	if err := json.Unmarshal(r.Body, &st); err != nil || r.Code != http.StatusServiceUnavailable || st.Kind != "Status" || st.Reason != metav1.StatusReasonServiceUnavailable {
+		t.Errorf("want a 503 ServiceUnavailable Status, got %d (%v): %s", r.Code, err, trim(r.Body))
 	}
-	if last.Header.Get("Retry-After") == "" || last.Header.Get("X-Skewgate-Route") != "unavailable" {
-		t.Errorf("503 headers: Retry-After=%q X-Skewgate-Route=%q", last.Header.Get("Retry-After"), last.Header.Get("X-Skewgate-Route"))
-	}
-	if r := do(t, admin, http.MethodGet, sg+"/api/v1/namespaces", nil); r.Code != http.StatusOK {
-		t.Errorf("core request while node-b is down = %d", r.Code)
+	if r.Header.Get("Retry-After") == "" || r.Header.Get("X-Skewgate-Route") != "unavailable" {
+		t.Errorf("503 headers: Retry-After=%q X-Skewgate-Route=%q", r.Header.Get("Retry-After"), r.Header.Get("X-Skewgate-Route"))
 	}
 }

@@ -33,9 +33,10 @@ func APIServerArgs(spec Spec, n Node, pki *PKI) []string {
 		"--service-account-key-file=" + pki.SAPublicKey,
 		"--service-account-signing-key-file=" + pki.SAPrivateKey,
 		"--service-cluster-ip-range=10.96.0.0/16",
-		// The lab's addresses are in a reserved range the endpoints
-		// reconciler rejects; with it on, every server logs errors forever.
-		"--endpoint-reconciler-type=none",
+		// Each server keeps its address in default/kubernetes while it
+		// runs and removes it on a graceful shutdown: skewgate's
+		// --kubeconfig membership reads it. 198.18.0.0/15 is accepted.
+		"--endpoint-reconciler-type=lease",
 		"--profiling=false",
 		"--v=1",
 	}

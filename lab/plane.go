@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -102,7 +103,7 @@ func (p *Plane) up(ctx context.Context, readyTimeout time.Duration, skewgate str
 	var extra map[string]string
 	if skewgate != "" {
 		for _, n := range p.Spec.Nodes {
-			if _, err := p.StartSkewgate(ctx, n.Name, skewgate, true, readyTimeout); err != nil {
+			if _, err := p.StartSkewgate(ctx, n.Name, skewgate, SkewgateMode{Steering: true}, readyTimeout); err != nil {
 				return err
 			}
 			fmt.Fprintf(p.out, "lab: %s skewgate steering %s:%d (pins %s)\n", n.Name, n.IP, APIServerPort, SkewgatePinPath(n))
@@ -270,4 +271,20 @@ func Open(ctx context.Context, dir, cacheDir string) (*Plane, error) {
 		Dir: dir, Spec: st.Spec, Bins: bins, State: st, out: io.Discard,
 		PKI: NewPKIPaths(filepath.Join(dir, "pki"), st.Spec.Nodes),
 	}, nil
+}
+
+// KillNode SIGKILLs node name's kube-apiserver, a crash: it deletes
+// nothing on its way out, unlike StopNode's graceful shutdown.
+func (p *Plane) KillNode(name string) error {
+	proc, ok := p.State.Proc(name)
+	if !ok {
+		return fmt.Errorf("no process for node %s", name)
+	}
+	if err := syscall.Kill(proc.PID, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill %s: %w", name, err)
+	}
+	if !proc.waitGone(10 * time.Second) {
+		return fmt.Errorf("%s (pid %d) still there after SIGKILL", name, proc.PID)
+	}
+	return nil
 }

@@ -26,16 +26,37 @@ func SkewgateAdminURL(n Node) string { return fmt.Sprintf("http://%s:%d", n.IP, 
 // agents of several lab nodes on one kernel never share maps.
 func SkewgatePinPath(n Node) string { return "/sys/fs/bpf/skewgate-lab-" + n.Name }
 
+// SkewgateMode chooses how a lab skewgate runs.
+type SkewgateMode struct {
+	// Steering steers the node's IP:6443 into skewgate.
+	Steering bool
+	// Kubeconfig makes skewgate find its peers in the cluster's
+	// default/kubernetes EndpointSlices instead of a --peers list.
+	Kubeconfig bool
+}
+
 // SkewgateArgs are `skewgate run` flags for a skewgate in front of node n:
 // it reaches its own apiserver on loopback (never steered) and every other
 // node's apiserver as a peer.
-func (p *Plane) SkewgateArgs(n Node) []string {
-	var peers []string
-	for _, o := range p.Spec.Nodes {
-		if o.Name != n.Name {
-			peers = append(peers, o.URL())
+func (p *Plane) SkewgateArgs(n Node, mode SkewgateMode) []string {
+	membership := "--kubeconfig=" + KubeconfigPath(p.Dir, n.Name)
+	if !mode.Kubeconfig {
+		var peers []string
+		for _, o := range p.Spec.Nodes {
+			if o.Name != n.Name {
+				peers = append(peers, o.URL())
+			}
 		}
+		membership = "--peers=" + strings.Join(peers, ",")
 	}
+	args := p.skewgateBaseArgs(n)
+	if mode.Steering {
+		args = append(args, SteeringArgs(n)...)
+	}
+	return append(args, membership)
+}
+
+func (p *Plane) skewgateBaseArgs(n Node) []string {
 	serving := p.PKI.Serving[n.Name]
 	return []string{"run",
 		"--bind-address=" + n.IP.String(),
@@ -49,7 +70,6 @@ func (p *Plane) SkewgateArgs(n Node) []string {
 		"--proxy-client-key-file=" + p.PKI.FrontProxyClient.KeyFile,
 		"--peer-ca-file=" + p.PKI.CAFile,
 		fmt.Sprintf("--local-apiserver=https://127.0.0.1:%d", APIServerPort),
-		"--peers=" + strings.Join(peers, ","),
 	}
 }
 
@@ -61,16 +81,15 @@ func SteeringArgs(n Node) []string {
 }
 
 // StartSkewgate starts skewgate (bin) inside node name's namespace in front
-// of its apiserver, steering its IP:6443 when steering is set; records it
+// of its apiserver, as mode says; records it
 // (and its pins) for tear-down; and waits until its admin /readyz passes.
-func (p *Plane) StartSkewgate(ctx context.Context, name, bin string, steering bool, timeout time.Duration) (Proc, error) {
+func (p *Plane) StartSkewgate(ctx context.Context, name, bin string, mode SkewgateMode, timeout time.Duration) (Proc, error) {
 	n, ok := p.Node(name)
 	if !ok {
 		return Proc{}, fmt.Errorf("no node %s", name)
 	}
-	args := p.SkewgateArgs(n)
-	if steering {
-		args = append(args, SteeringArgs(n)...)
+	args := p.SkewgateArgs(n, mode)
+	if mode.Steering {
 		if err := p.State.addPins(SkewgatePinPath(n)); err != nil {
 			return Proc{}, err
 		}

@@ -106,10 +106,20 @@ func (m *Members) Run(ctx context.Context) {
 		m.start(ctx, id, s)
 	}
 	m.mu.Unlock()
-	<-ctx.Done()
+	t := time.NewTicker(m.cfg.DepartGrace / 10)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			m.forgetDeparted(now)
+		}
+	}
 }
 
 func (m *Members) start(ctx context.Context, id string, s *server) {
+	ctx, s.stop = context.WithCancel(ctx)
 	client := m.client(s.backend)
 	go m.probeLoop(ctx, s, client)
 	go m.refreshLoop(ctx, id, m.kicks[id], &discovery.HTTPFetcher{Client: client, BaseURL: s.backend.URL.String()})

@@ -35,6 +35,15 @@ type server struct {
 	lastProbe time.Time
 	// departed is when it left membership; zero while it is a member.
 	departed time.Time
+	// stop ends its probe and refresh loops.
+	stop func()
+}
+
+// setDeparted marks the server as gone from membership at t (zero: back).
+func (s *server) setDeparted(t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.departed = t
 }
 
 // observe records one probe outcome and reports whether health changed.

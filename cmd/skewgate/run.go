@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/skewgate/skewgate/admin"
 	"github.com/skewgate/skewgate/forward"
@@ -40,6 +42,7 @@ type runOptions struct {
 	peerCAFile         string
 	localAPIServer     string
 	peers              []string
+	kubeconfig         string
 	metricsBindAddress string
 	refreshInterval    time.Duration
 	steer              steerOptions
@@ -71,6 +74,7 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.peerCAFile, "peer-ca-file", "", "CA bundle verifying apiservers' serving certificates (required)")
 	f.StringVar(&o.localAPIServer, "local-apiserver", "", "URL of this node's kube-apiserver, on an address that is not steered (required)")
 	f.StringSliceVar(&o.peers, "peers", nil, "URLs of peer kube-apiservers, comma-separated")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for discovering peers from the default/kubernetes EndpointSlices (point it at the local apiserver)")
 	f.StringVar(&o.metricsBindAddress, "metrics-bind-address", o.metricsBindAddress, "admin listener: /metrics, /healthz, /readyz, /debug/routes, /debug/explain")
 	f.DurationVar(&o.refreshInterval, "discovery-refresh-interval", o.refreshInterval, "how often every server's discovery is re-read (conditionally, by ETag)")
 	o.steer.addFlags(f)
@@ -113,6 +117,12 @@ func run(ctx context.Context, o runOptions) error {
 	// After steering: connstat must see the first connections to every
 	// apiserver, which the probes open and HTTP/2 then keeps.
 	go members.Run(ctx)
+	if o.kubeconfig != "" {
+		if err := watchEndpoints(ctx, o.kubeconfig, members, peers); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	extra := map[string]admin.Extra{"steering": steering.status}
 	adminSrv, err := serveAdmin(o.metricsBindAddress, admin.Handler(members, reg, extra))
 	if err != nil {
@@ -236,4 +246,36 @@ func serveAdmin(addr string, h http.Handler) (*http.Server, error) {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	return srv, nil
+}
+
+// watchEndpoints adds the peers the cluster lists in default/kubernetes to
+// the --peers ones, following them as apiservers come and go.
+func watchEndpoints(ctx context.Context, kubeconfig string, m *membership.Members, static []*url.URL) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("--kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "skewgate"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("--kubeconfig: %w", err)
+	}
+	self, err := membership.LocalAddrs()
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	// The informer lives on ctx; only the initial sync is bounded.
+	synced := make(chan error, 1)
+	go func() { synced <- m.WatchEndpoints(ctx, client, static, self) }()
+	select {
+	case err := <-synced:
+		if err != nil {
+			return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+		}
+		return nil
+	case <-sctx.Done():
+		return fmt.Errorf("--kubeconfig %s: endpointslices not synced within 30s", kubeconfig)
+	}
 }

@@ -1,0 +1,67 @@
+package membership
+
+import (
+	"net/url"
+	"time"
+)
+
+// SetPeers makes the peer set equal to peers (static and discovered ones
+// together). New servers are probed at once. A server that is no longer
+// listed is departed: never routed to, but for DepartGrace what it served
+// still answers 503, not 404 — a server that shut down gracefully removed
+// itself from the endpoints a moment ago, and its resources are temporarily
+// unavailable, not absent. Listed again, it is a member again.
+func (m *Members) SetPeers(peers []*url.URL) {
+	want := map[string]*url.URL{}
+	for _, u := range peers {
+		if id := ID(u); id != m.localID {
+			want[id] = u
+		}
+	}
+	now := time.Now()
+	m.mu.Lock()
+	for id, u := range want {
+		s, ok := m.servers[id]
+		if !ok {
+			s = m.add(u, false)
+			if m.ctx != nil {
+				m.start(m.ctx, id, s)
+			}
+			continue
+		}
+		s.setDeparted(time.Time{})
+	}
+	for id, s := range m.servers {
+		if _, ok := want[id]; !ok && !s.local && s.status().Departed == nil {
+			s.setDeparted(now)
+		}
+	}
+	m.mu.Unlock()
+	m.publish()
+}
+
+// forgetDeparted drops servers that left more than DepartGrace ago.
+func (m *Members) forgetDeparted(now time.Time) {
+	var gone []string
+	m.mu.Lock()
+	for id, s := range m.servers {
+		st := s.status()
+		if st.Departed == nil || now.Sub(*st.Departed) < m.cfg.DepartGrace {
+			continue
+		}
+		if s.stop != nil {
+			s.stop()
+		}
+		s.backend.CloseIdle()
+		delete(m.servers, id)
+		delete(m.kicks, id)
+		gone = append(gone, id)
+	}
+	m.mu.Unlock()
+	for _, id := range gone {
+		m.store.Forget(id)
+	}
+	if len(gone) > 0 {
+		m.publish()
+	}
+}

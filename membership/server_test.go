@@ -1,0 +1,69 @@
+package membership
+
+import (
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/skewgate/skewgate/forward"
+)
+
+func TestHealthThresholds(t *testing.T) {
+	s := &server{backend: forward.NewBackend("b", &url.URL{Scheme: "https", Host: "b:6443"}, forward.Trust{}), passes: passThreshold - 1}
+	now, fail := time.Now(), errors.New("refused")
+	steps := []struct {
+		err     error
+		healthy bool
+	}{
+		{nil, true},   // the first good probe admits a new server
+		{fail, true},  // one failed probe is noise
+		{fail, false}, // two are not
+		{nil, false},  // one good probe is not enough to come back
+		{nil, true},
+	}
+	for i, st := range steps {
+		s.observe(time.Millisecond, st.err, now)
+		if got := s.status().Healthy; got != st.healthy {
+			t.Fatalf("step %d: healthy = %v, want %v", i, got, st.healthy)
+		}
+	}
+	if !s.connFailed(fail) || s.status().Healthy {
+		t.Fatal("a failed connection must take a healthy server out at once")
+	}
+}
+
+func TestSetPeersDepartsAndForgets(t *testing.T) {
+	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
+	m, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u("10.0.0.2:6443")}, DepartGrace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetPeers([]*url.URL{u("10.0.0.3:6443"), u("127.0.0.1:6443")})
+	byID := map[string]Status{}
+	for _, st := range m.Statuses() {
+		byID[st.ID] = st
+	}
+	if len(byID) != 3 || byID["10.0.0.2:6443"].Departed == nil || byID["10.0.0.3:6443"].Departed != nil || !byID["127.0.0.1:6443"].Local {
+		t.Fatalf("after SetPeers: %+v", byID)
+	}
+	for _, p := range m.Table().Peers {
+		if p.ID == "10.0.0.2:6443" && !p.Departed {
+			t.Error("the routing table does not mark the departed peer")
+		}
+	}
+	m.forgetDeparted(time.Now().Add(30 * time.Second))
+	if len(m.Statuses()) != 3 {
+		t.Error("a departed peer was forgotten within its grace window")
+	}
+	m.forgetDeparted(time.Now().Add(2 * time.Minute))
+	if len(m.Statuses()) != 2 {
+		t.Errorf("departed peer kept past its grace: %+v", m.Statuses())
+	}
+	m.SetPeers([]*url.URL{u("10.0.0.3:6443")})
+	for _, st := range m.Statuses() {
+		if st.Departed != nil {
+			t.Errorf("%s departed while listed", st.ID)
+		}
+	}
+}
