@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -169,3 +171,80 @@ func objectName(o any) string {
 	return m.GetName()
 }
 
+// TestUntrustedCertificatesRejected: a certificate from a CA nobody
+// configured, and a front-proxy certificate whose name is not an allowed
+// peer, both get skewgate's 401 with the reason — neither reaches an
+// apiserver as a user or as a peer.
+func TestUntrustedCertificatesRejected(t *testing.T) {
+	dir := t.TempDir()
+	rogue, err := lab.NewCA("rogue-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]lab.KeyPair{
+		"unknown CA":            issueTo(t, rogue, dir, "rogue", lab.Leaf{CN: "lab-admin", Orgs: []string{"system:masters"}}),
+		"front-proxy, wrong CN": issueFrontProxy(t, dir),
+	}
+	for name, kp := range cases {
+		r := do(t, insistingClient(t, kp), http.MethodGet, via(t)+workloadsPath, nil, "X-Remote-User", "lab-admin", "X-Remote-Group", "system:masters")
+		if r.Code != http.StatusUnauthorized || r.Header.Get("X-Skewgate-Route") != "rejected" || !strings.Contains(string(r.Body), "client certificate not trusted") {
+			t.Errorf("%s: %d route=%q, want skewgate's 401: %s", name, r.Code, r.Header.Get("X-Skewgate-Route"), trim(r.Body))
+		}
+	}
+}
+
+// insistingClient sends its certificate even when the server's list of
+// acceptable CAs does not name its issuer (Go's client would then send
+// none): what a forging client does.
+func insistingClient(t *testing.T, kp lab.KeyPair) *http.Client {
+	t.Helper()
+	c := client(t, lab.KeyPair{})
+	cert, err := tls.LoadX509KeyPair(kp.CertFile, kp.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := c.Transport.(*http.Transport)
+	tr.TLSClientConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
+	return c
+}
+
+// TestAnonymousStaysAnonymous: a client without credentials (a load
+// balancer's health check) gets through skewgate what it gets directly.
+func TestAnonymousStaysAnonymous(t *testing.T) {
+	anon := client(t, lab.KeyPair{})
+	a := node(t, "node-a").URL()
+	for _, path := range []string{"/readyz", "/version", "/api/v1/namespaces"} {
+		direct := do(t, anon, http.MethodGet, a+path, nil)
+		through := do(t, anon, http.MethodGet, via(t)+path, nil)
+		if direct.Code != through.Code {
+			t.Errorf("anonymous GET %s: %d through skewgate, %d directly", path, through.Code, direct.Code)
+		}
+	}
+}
+
+func issueTo(t *testing.T, ca *lab.CA, dir, name string, leaf lab.Leaf) lab.KeyPair {
+	t.Helper()
+	cert, key, err := ca.Sign(leaf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp := lab.KeyPair{CertFile: filepath.Join(dir, name+".crt"), KeyFile: filepath.Join(dir, name+".key")}
+	if err := lab.WriteCert(kp.CertFile, cert); err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.WriteKey(kp.KeyFile, key); err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
+// issueFrontProxy signs "evil-proxy" with the lab's real front-proxy CA:
+// trusted issuer, name not in --requestheader-allowed-names.
+func issueFrontProxy(t *testing.T, dir string) lab.KeyPair {
+	t.Helper()
+	ca, err := lab.LoadCA(plane.PKI.FrontProxyCA, plane.PKI.FrontProxyCAKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return issueTo(t, ca, dir, "evil-proxy", lab.Leaf{CN: "evil-proxy"})
+}

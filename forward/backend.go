@@ -28,11 +28,17 @@ type Trust struct {
 	ClientCert dynamiccertificates.CertKeyContentProvider
 }
 
-// Backend is one apiserver: its URL and a connection pool to it.
+// Backend is one apiserver: its URL and connection pools to it.
 type Backend struct {
 	ID        string
 	URL       *url.URL
 	transport *http.Transport
+	// anonymous presents no client certificate. kube-apiserver fails a
+	// request whose certificate it cannot verify instead of treating it as
+	// anonymous, and the front-proxy certificate without X-Remote-User is
+	// exactly that: an anonymous client (a load balancer probing /readyz)
+	// must reach the apiserver as anonymous, as it would directly.
+	anonymous *http.Transport
 }
 
 // DialTimeout bounds connecting to an apiserver: a dead peer must not hold
@@ -42,8 +48,14 @@ const DialTimeout = 2 * time.Second
 // NewBackend returns a backend for the apiserver at u whose serving
 // certificate must be valid for u's host under trust.PeerCA.
 func NewBackend(id string, u *url.URL, trust Trust) *Backend {
+	anon := trust
+	anon.ClientCert = nil
+	return &Backend{ID: id, URL: u, transport: newTransport(u, trust), anonymous: newTransport(u, anon)}
+}
+
+func newTransport(u *url.URL, trust Trust) *http.Transport {
 	dialer := &net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}
-	return &Backend{ID: id, URL: u, transport: &http.Transport{
+	return &http.Transport{
 		Proxy:               nil, // apiservers are reached directly, never via $HTTPS_PROXY
 		DialContext:         dialer.DialContext,
 		TLSClientConfig:     tlsConfig(u.Hostname(), trust),
@@ -51,7 +63,15 @@ func NewBackend(id string, u *url.URL, trust Trust) *Backend {
 		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
-	}}
+	}
+}
+
+// transportFor is the pool for a request with (or without) an identity.
+func (b *Backend) transportFor(anonymous bool) *http.Transport {
+	if anonymous {
+		return b.anonymous
+	}
+	return b.transport
 }
 
 // Transport is the backend's round tripper, for skewgate's own requests
@@ -59,22 +79,28 @@ func NewBackend(id string, u *url.URL, trust Trust) *Backend {
 func (b *Backend) Transport() http.RoundTripper { return b.transport }
 
 // CloseIdle drops the backend's idle connections, e.g. when it leaves.
-func (b *Backend) CloseIdle() { b.transport.CloseIdleConnections() }
+func (b *Backend) CloseIdle() {
+	b.transport.CloseIdleConnections()
+	b.anonymous.CloseIdleConnections()
+}
 
 // tlsConfig verifies the server against the current CA bundle on every
 // handshake (so a rotated CA file takes effect without a restart) and
-// presents the current client certificate.
+// presents the current client certificate, if trust has one.
 func tlsConfig(host string, trust Trust) *tls.Config {
-	certs := &certCache{provider: trust.ClientCert}
-	return &tls.Config{
+	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		ServerName: host,
 		// Verification is not skipped: VerifyConnection does it against
 		// the reloadable CA, which a static RootCAs pool could not.
-		InsecureSkipVerify:   true,
-		VerifyConnection:     func(cs tls.ConnectionState) error { return verifyServer(cs, host, trust.PeerCA) },
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return certs.get() },
+		InsecureSkipVerify: true,
+		VerifyConnection:   func(cs tls.ConnectionState) error { return verifyServer(cs, host, trust.PeerCA) },
 	}
+	if trust.ClientCert != nil {
+		certs := &certCache{provider: trust.ClientCert}
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return certs.get() }
+	}
+	return cfg
 }
 
 // ErrUntrustedServer is returned (wrapped) when an apiserver's certificate

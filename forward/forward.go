@@ -31,6 +31,10 @@ type Request struct {
 	// ConnFailed, if set, learns of every backend whose connection failed
 	// (passive health: the server leaves routing at once).
 	ConnFailed func(id string, err error)
+	// Anonymous requests carry no identity from skewgate (a bearer token
+	// or nothing): they go without the front-proxy certificate, so the
+	// apiserver judges them exactly as if they had come directly.
+	Anonymous bool
 }
 
 // Forward sends r (its identity headers already set) to the first candidate
@@ -63,7 +67,9 @@ type failover struct {
 	retry bool
 }
 
-func (f *failover) WrappedRoundTripper() http.RoundTripper { return f.req.Candidates[0].transport }
+func (f *failover) WrappedRoundTripper() http.RoundTripper {
+	return f.req.Candidates[0].transportFor(f.req.Anonymous)
+}
 
 func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 	var errs []error
@@ -71,7 +77,7 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 		if i > 0 && !f.retry {
 			break
 		}
-		resp, connected, err := roundTrip(req, b)
+		resp, connected, err := roundTrip(req, b, b.transportFor(f.req.Anonymous))
 		if err == nil {
 			resp.Header.Set(HeaderServer, b.ID)
 			return resp, nil
@@ -91,12 +97,12 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // roundTrip sends req to b and reports whether a connection was obtained,
 // i.e. whether any byte of the request may have been sent.
-func roundTrip(req *http.Request, b *Backend) (*http.Response, bool, error) {
+func roundTrip(req *http.Request, b *Backend, rt http.RoundTripper) (*http.Response, bool, error) {
 	var connected atomic.Bool
 	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }}
 	out := req.Clone(httptrace.WithClientTrace(req.Context(), trace))
 	out.URL.Scheme, out.URL.Host, out.Host = b.URL.Scheme, b.URL.Host, ""
-	resp, err := b.transport.RoundTrip(out)
+	resp, err := rt.RoundTrip(out)
 	return resp, connected.Load(), err
 }
 

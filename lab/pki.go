@@ -145,3 +145,34 @@ func writePEM(path, typ string, der []byte, mode os.FileMode) error {
 	}
 	return nil
 }
+
+// LoadCA reads a CA written by WriteCert and WriteKey, to sign more
+// certificates with it (tests forging look-alike credentials, say).
+func LoadCA(certFile, keyFile string) (*CA, error) {
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, err
+	}
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, fmt.Errorf("load CA %s: no PEM", certFile)
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("load CA %s: %w", certFile, err)
+	}
+	key, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("load CA key %s: %w", keyFile, err)
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("load CA key %s: not a signing key", keyFile)
+	}
+	return &CA{Cert: cert, Key: signer}, nil
+}

@@ -12,6 +12,7 @@ type PKI struct {
 	CAFile           string
 	CAKey            string
 	FrontProxyCA     string
+	FrontProxyCAKey  string
 	FrontProxyClient KeyPair
 	Admin            KeyPair
 	User             KeyPair
@@ -27,6 +28,7 @@ func NewPKIPaths(dir string, nodes []Node) *PKI {
 		CAFile:           filepath.Join(dir, "ca.crt"),
 		CAKey:            filepath.Join(dir, "ca.key"),
 		FrontProxyCA:     filepath.Join(dir, "front-proxy-ca.crt"),
+		FrontProxyCAKey:  filepath.Join(dir, "front-proxy-ca.key"),
 		FrontProxyClient: pair(dir, "front-proxy-client"),
 		Admin:            pair(dir, "admin"),
 		User:             pair(dir, "user"),
@@ -60,7 +62,7 @@ func GeneratePKI(dir string, nodes []Node) (*PKI, error) {
 	if err := writeCA(ca, p.CAFile, p.CAKey); err != nil {
 		return nil, err
 	}
-	if err := WriteCert(p.FrontProxyCA, fpCA.Cert); err != nil {
+	if err := writeCA(fpCA, p.FrontProxyCA, p.FrontProxyCAKey); err != nil {
 		return nil, err
 	}
 	leaves := []issuance{

@@ -54,9 +54,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 	propagateAuditID(r)
 	caller, err := h.auth.authenticate(r)
 	if err != nil {
-		w.Header().Set(forward.HeaderRoute, string(route.Local))
-		w.Header().Set(forward.HeaderServer, "skewgate")
-		forward.Error(w, r, apierrors.NewUnauthorized(err.Error()))
+		reject(w, r, apierrors.NewUnauthorized(err.Error()))
 		return
 	}
 	x.caller = caller
@@ -65,9 +63,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 
 	req, err := h.classifier.Classify(r)
 	if err != nil {
-		w.Header().Set(forward.HeaderRoute, string(route.Local))
-		w.Header().Set(forward.HeaderServer, "skewgate")
-		forward.Error(w, r, apierrors.NewBadRequest(err.Error()))
+		reject(w, r, apierrors.NewBadRequest(err.Error()))
 		return
 	}
 	x.req = req
@@ -76,6 +72,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 	}
 	x.decision = route.Decide(req, h.members.Table(), x.fromPeer, clientKey(r, caller))
 	h.dispatch(w, r, x)
+}
+
+// reject answers a request skewgate refuses itself, before routing.
+func reject(w http.ResponseWriter, r *http.Request, err error) {
+	w.Header().Set(forward.HeaderRoute, string(route.Rejected))
+	w.Header().Set(forward.HeaderServer, "skewgate")
+	forward.Error(w, r, err)
 }
 
 func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) {
@@ -96,6 +99,7 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 		Candidates: h.members.Backends(d.Servers),
 		Idempotent: x.req.Idempotent(),
 		ConnFailed: h.connFailed,
+		Anonymous:  x.caller.User == nil,
 	})
 }
 
@@ -178,7 +182,7 @@ func (h *Handler) observe(x *exchange, code int, d time.Duration) {
 	}
 	rt := string(x.decision.Route)
 	if rt == "" {
-		rt = "rejected"
+		rt = string(route.Rejected)
 	}
 	h.metrics.requests.WithLabelValues(rt, x.req.Verb, group, version, resource, strconv.Itoa(code)).Inc()
 	if !x.req.Watch() && code != http.StatusSwitchingProtocols {

@@ -19,6 +19,9 @@ const (
 	Unavailable Route = "unavailable"
 	// Merged is peer-aggregated discovery answered by skewgate itself.
 	Merged Route = "merged"
+	// Rejected is a request skewgate refused before routing (an untrusted
+	// client certificate, an unparseable path).
+	Rejected Route = "rejected"
 )
 
 // Capabilities is what one server serves, from its local discovery.
