@@ -147,11 +147,15 @@ type certs struct {
 // loadCerts reads every certificate flag, failing with one line naming the
 // flag, and starts watching the files so rotations take effect.
 func loadCerts(ctx context.Context, o runOptions) (*certs, error) {
-	for flag, v := range map[string]string{"--tls-cert-file": o.tlsCertFile, "--tls-private-key-file": o.tlsKeyFile,
-		"--client-ca-file": o.clientCAFile, "--proxy-client-cert-file": o.proxyClientCert,
-		"--proxy-client-key-file": o.proxyClientKey, "--peer-ca-file": o.peerCAFile, "--local-apiserver": o.localAPIServer} {
-		if v == "" {
-			return nil, fmt.Errorf("%s is required", flag)
+	required := []struct{ flag, value string }{
+		{"--tls-cert-file", o.tlsCertFile}, {"--tls-private-key-file", o.tlsKeyFile},
+		{"--client-ca-file", o.clientCAFile}, {"--proxy-client-cert-file", o.proxyClientCert},
+		{"--proxy-client-key-file", o.proxyClientKey}, {"--peer-ca-file", o.peerCAFile},
+		{"--local-apiserver", o.localAPIServer},
+	}
+	for _, r := range required {
+		if r.value == "" {
+			return nil, fmt.Errorf("%s is required", r.flag)
 		}
 	}
 	c := &certs{}
