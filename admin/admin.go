@@ -33,11 +33,11 @@ func Handler(m *membership.Members, gather prometheus.Gatherer, extra map[string
 	return mux
 }
 
-// readyz is ready once the local server's discovery is known: before that
-// skewgate cannot tell a false 404 from a genuine one.
+// readyz is ready once skewgate knows what every member serves: before
+// that it cannot tell a false 404 from a genuine one.
 func readyz(w http.ResponseWriter, m *membership.Members) {
-	if m.Discovery().Capabilities(m.LocalID()) == nil {
-		http.Error(w, "local discovery not fetched yet", http.StatusServiceUnavailable)
+	if err := m.Ready(); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	fmt.Fprintln(w, "ok")

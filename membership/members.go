@@ -208,3 +208,24 @@ func cmpString(a, b string) int {
 	}
 	return 0
 }
+
+// Ready reports, as an error naming what is missing, whether skewgate knows
+// enough to route: every member probed once, and the discovery of the local
+// server and of every healthy peer read once. Before that a request for a
+// peer-only resource would get the local server's false 404.
+func (m *Members) Ready() error {
+	snap := m.Discovery()
+	if snap.Servers[m.localID].Doc == nil {
+		return fmt.Errorf("local discovery (%s) not read yet", m.localID)
+	}
+	for _, st := range m.Statuses() {
+		switch ds := snap.Servers[st.ID]; {
+		case st.Departed != nil:
+		case st.LastProbe.IsZero():
+			return fmt.Errorf("%s not probed yet", st.ID)
+		case st.Healthy && ds.FetchedAt.IsZero() && ds.ErrAt.IsZero():
+			return fmt.Errorf("discovery of %s not read yet", st.ID)
+		}
+	}
+	return nil
+}

@@ -109,11 +109,12 @@ func run(ctx context.Context, o runOptions) error {
 	for _, p := range peers {
 		peerHosts = append(peerHosts, p.Hostname())
 	}
-	ln, steering, err := o.steer.listen(ctx, addr, local.Hostname(), peerHosts, trust, reg, log)
+	ln, steering, err := o.steer.listen(addr, local.Hostname(), peerHosts, reg)
 	if err != nil {
 		return err
 	}
 	defer steering.close()
+	go steering.engage(ctx, members.Ready, trust, reg, log)
 	// After steering: connstat must see the first connections to every
 	// apiserver, which the probes open and HTTP/2 then keeps.
 	go members.Run(ctx)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,16 +34,26 @@ func (s *steerOptions) addFlags(f *pflag.FlagSet) {
 
 // steering is what run keeps of the kernel side.
 type steering struct {
-	st     *agent.Steering
+	opts   *steerOptions
+	target netip.AddrPort
+	exempt []netip.Prefix
+	ln     *net.TCPListener
 	cs     *agent.ConnStat
-	reason string
+	reason string // why there is no steering, while there is none
+
+	mu sync.Mutex
+	st *agent.Steering
 }
 
 func (s *steering) status() any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]string{}
 	if s.st == nil {
-		return map[string]string{"state": "disabled", "reason": s.reason}
+		out["steering"] = s.reason
+	} else {
+		out["steering"] = s.st.Status().String()
 	}
-	out := map[string]string{"steering": s.st.Status().String()}
 	if s.cs != nil {
 		out["connstat"] = s.cs.Status().String()
 	}
@@ -50,6 +61,8 @@ func (s *steering) status() any {
 }
 
 func (s *steering) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.st != nil {
 		s.st.Close()
 	}
@@ -59,46 +72,73 @@ func (s *steering) close() {
 }
 
 // listen opens the proxy's listener (never MPTCP, which a SOCKMAP refuses)
-// and, with --steering, installs steering and connection stats. A machine
-// that cannot steer still proxies: the status says why steering is off.
-func (s *steerOptions) listen(ctx context.Context, addr string, local string, peers []string,
-	trust forward.Trust, reg prometheus.Registerer, log *slog.Logger) (net.Listener, *steering, error) {
+// and, with --steering, attaches connection stats at once, so the first
+// connections to every apiserver are counted. Steering itself comes later
+// (engage). A machine that cannot run BPF still proxies: the status says why.
+func (o *steerOptions) listen(addr, local string, peers []string, reg prometheus.Registerer) (*net.TCPListener, *steering, error) {
 	ln, err := agent.NewListener(addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--bind-address/--secure-port: %w", err)
 	}
-	if !s.enabled {
-		return ln, &steering{reason: "--steering=false"}, nil
+	s := &steering{opts: o, ln: ln, reason: "disabled: --steering=false"}
+	if !o.enabled {
+		return ln, s, nil
 	}
-	target, exempt, err := s.targets(local, peers)
-	if err != nil {
+	if s.target, s.exempt, err = o.targets(local, peers); err != nil {
 		ln.Close()
 		return nil, nil, err
 	}
-	st, err := agent.StartSteering(ctx, agent.SteeringConfig{
-		PinPath: s.pinPath, Targets: []netip.AddrPort{target}, Exempt: exempt,
-		Probe: probeThroughProxy(target, trust),
-	}, ln)
+	s.reason = "waiting until skewgate is ready"
+	cs, err := agent.StartConnStat(agent.ConnStatConfig{
+		PinPath: o.pinPath, ProxyPort: uint16(ln.Addr().(*net.TCPAddr).Port), UpstreamPort: s.target.Port(),
+		Clients: []netip.Prefix{netip.PrefixFrom(s.target.Addr(), s.target.Addr().BitLen())},
+	})
 	if err != nil {
 		ln.Close()
-		return nil, nil, fmt.Errorf("steering: %w", err)
+		return nil, nil, fmt.Errorf("connstat: %w", err)
+	}
+	reg.MustRegister(cs)
+	s.cs = cs
+	return ln, s, nil
+}
+
+// engage installs steering once ready passes: a proxy that does not yet
+// know what every server serves would answer false 404s, so it gets no
+// connections until it does. Each lease renewal checks ready again.
+func (s *steering) engage(ctx context.Context, ready func() error, trust forward.Trust, reg prometheus.Registerer, log *slog.Logger) {
+	if !s.opts.enabled {
+		return
+	}
+	for ready() != nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	probe := probeThroughProxy(s.target, trust)
+	st, err := agent.StartSteering(ctx, agent.SteeringConfig{
+		PinPath: s.opts.pinPath, Targets: []netip.AddrPort{s.target}, Exempt: s.exempt,
+		Probe: func(ctx context.Context) error {
+			if err := ready(); err != nil {
+				return err
+			}
+			return probe(ctx)
+		},
+	}, s.ln)
+	if err != nil { // an invalid configuration: flags were checked, so a bug
+		log.Error("steering not installed", "err", err)
+		return
 	}
 	reg.MustRegister(st)
-	out := &steering{st: st}
-	cs, err := agent.StartConnStat(agent.ConnStatConfig{
-		PinPath: s.pinPath, ProxyPort: uint16(ln.Addr().(*net.TCPAddr).Port),
-		UpstreamPort: target.Port(), Clients: []netip.Prefix{netip.PrefixFrom(target.Addr(), target.Addr().BitLen())},
-	})
-	if err == nil {
-		reg.MustRegister(cs)
-		out.cs = cs
-	}
+	s.mu.Lock()
+	s.st = st
+	s.mu.Unlock()
 	if st.Status().State == agent.StateDisabled {
 		log.Warn("steering disabled; proxying clients that reach the listener directly", "reason", st.Status().String())
-	} else {
-		log.Info("steering installed", "target", target.String(), "pins", s.pinPath)
+		return
 	}
-	return ln, out, nil
+	log.Info("steering installed", "target", s.target.String(), "pins", s.opts.pinPath)
 }
 
 // targets resolves the steered address and the exempt sources: every peer,
