@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -287,4 +288,34 @@ func (p *Plane) KillNode(name string) error {
 		return fmt.Errorf("%s (pid %d) still there after SIGKILL", name, proc.PID)
 	}
 	return nil
+}
+
+// AddNode adds a node running kube-apiserver version to the running plane,
+// on the next free address, and waits until it is ready. The version must
+// be one the plane was built with.
+func (p *Plane) AddNode(ctx context.Context, name, version string, timeout time.Duration) (Node, error) {
+	if _, ok := p.Bins.APIServers[version]; !ok {
+		return Node{}, fmt.Errorf("add %s: no kube-apiserver %s built for this plane", name, version)
+	}
+	if _, ok := p.Node(name); ok || !validNodeName(name) {
+		return Node{}, fmt.Errorf("add %s: name taken or invalid", name)
+	}
+	ip := Subnet.Addr().As4()
+	ip[3] = byte(len(p.Spec.Nodes) + 1)
+	n := Node{Name: name, IP: netip.AddrFrom4(ip), Version: version}
+	ca, err := LoadCA(p.PKI.CAFile, p.PKI.CAKey)
+	if err != nil {
+		return Node{}, err
+	}
+	serving := pair(p.PKI.Dir, name+"-serving")
+	if err := (issuance{ca, servingLeaf(n), serving}).write(); err != nil {
+		return Node{}, err
+	}
+	p.PKI.Serving[name] = serving
+	p.Spec.Nodes = append(p.Spec.Nodes, n)
+	p.State.Spec = p.Spec
+	if err := p.addNode(ctx, n, timeout); err != nil {
+		return Node{}, err
+	}
+	return n, writeKubeconfig(KubeconfigPath(p.Dir, n.Name), n, p.PKI)
 }
