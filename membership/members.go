@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -195,18 +196,8 @@ func (m *Members) Statuses() []Status {
 	for _, s := range m.servers {
 		out = append(out, s.status())
 	}
-	slices.SortFunc(out, func(a, b Status) int { return cmpString(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.ID, b.ID) })
 	return out
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Ready reports, as an error naming what is missing, whether skewgate knows
