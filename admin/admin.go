@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"slices"
 	"strings"
@@ -30,6 +31,8 @@ func Handler(m *membership.Members, gather prometheus.Gatherer, extra map[string
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { readyz(w, m) })
 	mux.HandleFunc("/debug/routes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, Routes(m, extra)) })
 	mux.HandleFunc("/debug/explain", func(w http.ResponseWriter, r *http.Request) { explain(w, r, m) })
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	return mux
 }
 
