@@ -7,7 +7,7 @@ NODES     ?= node-a=v1.35.4,node-b=v1.36.3
 SKEWGATE  ?= off
 GOTEST    := $(GO) test -count=1 -timeout 40m
 
-.PHONY: all build test unit lab-build lab-up lab-down demo bench fmt vet
+.PHONY: all build test lab-build lab-up lab-down demo bench fmt vet
 
 all: build
 
@@ -22,9 +22,6 @@ lab-build: build
 
 test: vet lab-build
 	$(GOTEST) ./...
-
-unit:
-	$(GOTEST) -short ./...
 
 vet:
 	$(GO) vet ./...
