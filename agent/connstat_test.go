@@ -10,6 +10,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// steeredProxyWithConnStat serves a greeting proxy in n, steers the node
+// address into it and counts its connections.
+func (n *node) steeredProxyWithConnStat(t *testing.T) *ConnStat {
+	t.Helper()
+	ln := listenIn(t, n.ns, proxyAddr)
+	serveGreeter(t, "proxy", ln)
+	waitState(t, startSteering(t, n.steeringConfig(), ln), StateSteering)
+	return startConnStat(t, ConnStatConfig{
+		PinPath:   n.pins,
+		NetNSPath: n.ns.path,
+		ProxyPort: 16443,
+		Clients:   []netip.Prefix{netip.PrefixFrom(nodeAddr, 32)},
+	})
+}
+
 func startConnStat(t *testing.T, cfg ConnStatConfig) *ConnStat {
 	t.Helper()
 	c, err := StartConnStat(cfg)
@@ -44,16 +59,7 @@ func TestConnStatHops(t *testing.T) {
 	n := newNode(t)
 	// The "peer apiserver" is the node's origin listener on a second address.
 	n.ns.do(t, func() error { return setupLo([]netip.Prefix{netip.PrefixFrom(peer, 32)}) })
-	ln := listenIn(t, n.ns, proxyAddr)
-	serveGreeter(t, "proxy", ln)
-	s := startSteering(t, n.steeringConfig(), ln)
-	waitState(t, s, StateSteering)
-	c := startConnStat(t, ConnStatConfig{
-		PinPath:   n.pins,
-		NetNSPath: n.ns.path,
-		ProxyPort: 16443,
-		Clients:   []netip.Prefix{netip.PrefixFrom(nodeAddr, 32)},
-	})
+	c := n.steeredProxyWithConnStat(t)
 
 	other := newTestNetNS(t)
 	serveGreeter(t, "other", listenIn(t, other, "127.0.0.1:6443"))

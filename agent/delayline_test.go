@@ -144,16 +144,7 @@ func TestConnStatDelayLine(t *testing.T) {
 	serveGreeter(t, "peer", listenIn(t, peer, "0.0.0.0:6443"))
 	newDelayLine(t, n.ns, peer, nodeTun, peerTun, oneWay)
 
-	ln := listenIn(t, n.ns, proxyAddr)
-	serveGreeter(t, "proxy", ln)
-	s := startSteering(t, n.steeringConfig(), ln)
-	waitState(t, s, StateSteering)
-	c := startConnStat(t, ConnStatConfig{
-		PinPath:   n.pins,
-		NetNSPath: n.ns.path,
-		ProxyPort: 16443,
-		Clients:   []netip.Prefix{netip.PrefixFrom(nodeAddr, 32)},
-	})
+	c := n.steeredProxyWithConnStat(t)
 
 	const conns = 10
 	for i := 0; i < conns; i++ {
