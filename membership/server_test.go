@@ -67,3 +67,22 @@ func TestSetPeersDepartsAndForgets(t *testing.T) {
 		}
 	}
 }
+
+func TestRefreshSoonIsRateLimited(t *testing.T) {
+	m, err := New(Config{Local: &url.URL{Scheme: "https", Host: "127.0.0.1:6443"}, MissRefreshInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kicked := m.kicks[m.LocalID()]
+	for i := 0; i < 100; i++ {
+		m.RefreshSoon() // a burst of misses: an unknown resource asked for in a loop
+	}
+	if len(kicked) != 1 {
+		t.Fatalf("%d refreshes queued for a burst of misses, want 1", len(kicked))
+	}
+	<-kicked
+	m.RefreshSoon()
+	if len(kicked) != 0 {
+		t.Fatal("a second refresh within the interval")
+	}
+}
