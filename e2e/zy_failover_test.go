@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -57,16 +55,7 @@ func TestYFailover(t *testing.T) {
 	}
 }
 
-func explainWorkloads(t *testing.T) admin.Explanation {
-	t.Helper()
-	q := url.Values{"verb": {"list"}, "path": {workloadsPath}}
-	r := do(t, http.DefaultClient, http.MethodGet, lab.SkewgateAdminURL(node(t, "node-a"))+"/debug/explain?"+q.Encode(), nil)
-	var e admin.Explanation
-	if err := json.Unmarshal(r.Body, &e); err != nil {
-		t.Fatalf("explain: %v: %s", err, trim(r.Body))
-	}
-	return e
-}
+func explainWorkloads(t *testing.T) admin.Explanation { return explain(t, "list", workloadsPath) }
 
 // nodeByAddr is the lab node whose apiserver listens at addr (host:port).
 func nodeByAddr(t *testing.T, addr string) string {
