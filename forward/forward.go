@@ -28,9 +28,10 @@ type Request struct {
 	// candidate when the connection to one fails before any byte of the
 	// request was sent. Writes are never sent twice.
 	Idempotent bool
-	// ConnFailed, if set, learns of every backend whose connection failed
-	// (passive health: the server leaves routing at once).
-	ConnFailed func(id string, err error)
+	// Failed, if set, learns of every failed exchange with a backend: kind
+	// FailConnect (no connection: the server should leave routing at once)
+	// or FailRequest (the connection broke after bytes were sent).
+	Failed func(id string, kind FailureKind, err error)
 	// Anonymous requests carry no identity from skewgate (a bearer token
 	// or nothing): they go without the front-proxy certificate, so the
 	// apiserver judges them exactly as if they had come directly.
@@ -59,6 +60,18 @@ func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
 	h.ServeHTTP(w, r)
 }
 
+// FailureKind says how an exchange with a backend failed.
+type FailureKind string
+
+const (
+	// FailConnect: no connection was obtained, no byte of the request
+	// was sent; an idempotent request moves on to the next candidate.
+	FailConnect FailureKind = "connect"
+	// FailRequest: the request may have reached the server; it is never
+	// sent again.
+	FailRequest FailureKind = "request"
+)
+
 // failover is the round tripper behind UpgradeAwareHandler. It also
 // unwraps to the first candidate's transport, which is what the handler
 // dials upgrade requests with.
@@ -83,16 +96,24 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", b.ID, err))
-		if connected || req.Context().Err() != nil {
+		if req.Context().Err() != nil {
+			break // the client left: no failure of the server's
+		}
+		if connected {
 			// Bytes of the request may have reached the server: never
-			// send them again, and it was no connection failure.
+			// send them again.
+			f.failed(b.ID, FailRequest, err)
 			break
 		}
-		if f.req.ConnFailed != nil {
-			f.req.ConnFailed(b.ID, err)
-		}
+		f.failed(b.ID, FailConnect, err)
 	}
 	return nil, &forwardError{errors.Join(errs...)}
+}
+
+func (f *failover) failed(id string, kind FailureKind, err error) {
+	if f.req.Failed != nil {
+		f.req.Failed(id, kind, err)
+	}
 }
 
 // roundTrip sends req to b and reports whether a connection was obtained,

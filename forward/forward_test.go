@@ -99,15 +99,15 @@ func TestIdempotentFailsOverBeforeFirstByte(t *testing.T) {
 	fr := Request{
 		Candidates: []*Backend{deadBackend(t, trust), backendFor(t, "alive", up.Server, trust)},
 		Idempotent: true,
-		ConnFailed: func(id string, _ error) { failed = append(failed, id) },
+		Failed: func(id string, kind FailureKind, _ error) { failed = append(failed, id+"/"+string(kind)) },
 	}
 	w := httptest.NewRecorder()
 	Forward(w, httptest.NewRequest(http.MethodGet, "/apis/g/v/rs", nil), fr)
 	if w.Code != http.StatusOK || w.Header().Get(HeaderServer) != "alive" || up.hits.Load() != 1 {
 		t.Fatalf("GET = %d from %q (%d upstream hits), want 200 from alive", w.Code, w.Header().Get(HeaderServer), up.hits.Load())
 	}
-	if len(failed) != 1 || failed[0] != "dead" {
-		t.Errorf("connection failures reported for %v, want [dead]", failed)
+	if len(failed) != 1 || failed[0] != "dead/connect" {
+		t.Errorf("failures reported: %v, want [dead/connect]", failed)
 	}
 }
 

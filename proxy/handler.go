@@ -98,14 +98,16 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 	forward.Forward(w, r, forward.Request{
 		Candidates: h.members.Backends(d.Servers),
 		Idempotent: x.req.Idempotent(),
-		ConnFailed: h.connFailed,
+		Failed:     h.forwardFailed,
 		Anonymous:  x.caller.User == nil,
 	})
 }
 
-func (h *Handler) connFailed(id string, err error) {
-	h.metrics.fwdErrors.WithLabelValues(id, "connect").Inc()
-	h.members.ConnFailed(id, err)
+func (h *Handler) forwardFailed(id string, kind forward.FailureKind, err error) {
+	h.metrics.fwdErrors.WithLabelValues(id, string(kind)).Inc()
+	if kind == forward.FailConnect {
+		h.members.ConnFailed(id, err)
+	}
 }
 
 // serveMerged answers /api and /apis from the merged discovery of the

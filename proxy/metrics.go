@@ -28,7 +28,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"route"}),
 		fwdErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_forward_errors_total",
-			Help: "Failed connections to apiservers, by server and kind (connect: before any byte was sent, failover possible).",
+			Help: "Failed exchanges with apiservers, by server and kind: connect (no connection, nothing sent; failover possible) or request (broke after bytes were sent; never retried).",
 		}, []string{"server", "kind"}),
 		merged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_merged_discovery_requests_total",
