@@ -99,7 +99,7 @@ func TestIdempotentFailsOverBeforeFirstByte(t *testing.T) {
 	fr := Request{
 		Candidates: []*Backend{deadBackend(t, trust), backendFor(t, "alive", up.Server, trust)},
 		Idempotent: true,
-		Failed: func(id string, kind FailureKind, _ error) { failed = append(failed, id+"/"+string(kind)) },
+		Failed:     func(id string, kind FailureKind, _ error) { failed = append(failed, id+"/"+string(kind)) },
 	}
 	w := httptest.NewRecorder()
 	Forward(w, httptest.NewRequest(http.MethodGet, "/apis/g/v/rs", nil), fr)
