@@ -74,10 +74,10 @@ func (p *Plane) skewgateBaseArgs(n Node) []string {
 }
 
 // SteeringArgs are the flags that make node n's skewgate steer n's
-// IP:6443 into itself, with its own pin path.
+// IP:6443 into itself, with its own pin path. --steer-address is left to
+// its default: the node's only global address, port 6443.
 func SteeringArgs(n Node) []string {
-	return []string{"--steering", fmt.Sprintf("--steer-address=%s", netip.AddrPortFrom(n.IP, APIServerPort)),
-		"--pin-path=" + SkewgatePinPath(n)}
+	return []string{"--steering", "--pin-path=" + SkewgatePinPath(n)}
 }
 
 // StartSkewgate starts skewgate (bin) inside node name's namespace in front

@@ -28,7 +28,7 @@ type steerOptions struct {
 
 func (s *steerOptions) addFlags(f *pflag.FlagSet) {
 	f.BoolVar(&s.enabled, "steering", false, "steer new connections for --steer-address into the proxy with eBPF (sk_lookup), failing open")
-	f.StringVar(&s.address, "steer-address", "", "address:port whose new connections are steered (default: the local apiserver's host, port 6443)")
+	f.StringVar(&s.address, "steer-address", "", "address:port whose new connections are steered (default: <node-ip>:6443, the node's only global address)")
 	f.StringVar(&s.pinPath, "pin-path", "/sys/fs/bpf/skewgate", "bpffs directory for skewgate's maps, programs and links")
 }
 
@@ -147,10 +147,11 @@ func (s *steering) engage(ctx context.Context, ready func() error, trust forward
 func (s *steerOptions) targets(local string, peers []string) (netip.AddrPort, []netip.Prefix, error) {
 	addr := s.address
 	if addr == "" {
-		if ip, err := netip.ParseAddr(local); err != nil || ip.IsLoopback() {
-			return netip.AddrPort{}, nil, fmt.Errorf("--steer-address is required with --steering when --local-apiserver (%s) is not the node's IP", local)
+		ip, err := nodeIP(local)
+		if err != nil {
+			return netip.AddrPort{}, nil, fmt.Errorf("--steer-address not set and %w", err)
 		}
-		addr = net.JoinHostPort(local, "6443")
+		addr = netip.AddrPortFrom(ip, 6443).String()
 	}
 	target, err := netip.ParseAddrPort(addr)
 	if err != nil {
@@ -163,6 +164,29 @@ func (s *steerOptions) targets(local string, peers []string) (netip.AddrPort, []
 		}
 	}
 	return target, exempt, nil
+}
+
+// nodeIP is the address to steer by default: the local apiserver's, when
+// skewgate reaches it on the node IP, or else the one global unicast
+// address of this network namespace.
+func nodeIP(local string) (netip.Addr, error) {
+	if ip, err := netip.ParseAddr(local); err == nil && !ip.IsLoopback() {
+		return ip, nil
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("the node IP cannot be found: %w", err)
+	}
+	var found []netip.Addr
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().IsGlobalUnicast() {
+			found = append(found, p.Addr())
+		}
+	}
+	if len(found) != 1 {
+		return netip.Addr{}, fmt.Errorf("the node has %d global addresses %v: name the one to steer", len(found), found)
+	}
+	return found[0], nil
 }
 
 // errNotProxy is a probe answered by the apiserver itself: steering lapsed.
