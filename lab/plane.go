@@ -61,10 +61,10 @@ func Up(ctx context.Context, o Options) (*Plane, error) {
 	}
 	p := &Plane{Dir: o.Dir, Spec: o.Spec, Bins: bins, out: o.Progress}
 	if err := p.up(ctx, o.ReadyTimeout, o.Skewgate); err != nil {
-		if derr := Down(o.Dir); derr != nil {
-			err = errors.Join(err, fmt.Errorf("tear down after failure: %w", derr))
+		if derr := down(o.Dir, true); derr != nil {
+			return nil, errors.Join(err, fmt.Errorf("tear down after failure: %w", derr))
 		}
-		return nil, err
+		return nil, fmt.Errorf("%w\n(torn down; logs kept in %s until `make lab-down`)", err, filepath.Join(o.Dir, "logs"))
 	}
 	return p, nil
 }
@@ -196,7 +196,9 @@ func (p *Plane) logFile(name string) string { return filepath.Join(p.Dir, "logs"
 // Down tears down the lab recorded in dir: every process by recorded PID,
 // every namespace, the bridge, and the files it wrote. It is idempotent and
 // works on what a crash or an interrupted Up left behind.
-func Down(dir string) error {
+func Down(dir string) error { return down(dir, false) }
+
+func down(dir string, keepLogs bool) error {
 	st, err := LoadState(dir)
 	if err != nil {
 		return err
@@ -228,13 +230,17 @@ func Down(dir string) error {
 	if err := errors.Join(errs...); err != nil {
 		return err // keep the state so a second Down can finish the job
 	}
-	return removeFiles(dir)
+	return removeFiles(dir, keepLogs)
 }
 
-// removeFiles deletes what Up wrote into dir, and dir itself if it is then
-// empty; anything else a user put there stays.
-func removeFiles(dir string) error {
-	for _, name := range []string{"pki", "logs", "etcd", "kubeconfig", "env", "state.json"} {
+// removeFiles deletes what Up wrote into dir (but the logs, if asked), and
+// dir itself if it is then empty; anything else a user put there stays.
+func removeFiles(dir string, keepLogs bool) error {
+	names := []string{"pki", "etcd", "kubeconfig", "env", "state.json"}
+	if !keepLogs {
+		names = append(names, "logs")
+	}
+	for _, name := range names {
 		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
 			return err
 		}
