@@ -248,3 +248,18 @@ func issueFrontProxy(t *testing.T, dir string) lab.KeyPair {
 	}
 	return issueTo(t, ca, dir, "evil-proxy", lab.Leaf{CN: "evil-proxy"})
 }
+
+// TestVerifiedPeerHop: a request from a verified peer (the front-proxy
+// certificate) that carries the peer-proxied mark is answered locally —
+// one hop, never a loop — as the user the peer asserts; without the mark
+// it is routed like any other.
+func TestVerifiedPeerHop(t *testing.T) {
+	peer := client(t, plane.PKI.FrontProxyClient)
+	as := []string{"X-Remote-User", "lab-admin", "X-Remote-Group", "system:masters"}
+	marked := append([]string{"X-Kubernetes-Peer-Proxied", "true"}, as...)
+	routed(t, "marked peer request", do(t, peer, http.MethodGet, via(t)+workloadsPath, nil, marked...), http.StatusNotFound, "local", "127.0.0.1:6443")
+	routed(t, "unmarked peer request", do(t, peer, http.MethodGet, via(t)+workloadsPath, nil, as...), http.StatusOK, "peer", node(t, "node-b").IP.String()+":6443")
+	if r := do(t, peer, http.MethodGet, via(t)+"/api/v1/namespaces", nil, "X-Remote-User", "lab-user"); r.Code != http.StatusForbidden {
+		t.Errorf("peer asserting lab-user = %d, want lab-user's 403: %s", r.Code, trim(r.Body))
+	}
+}
