@@ -121,6 +121,17 @@ func TestClientGoDiscoverySeesPeerGroup(t *testing.T) {
 	if !found {
 		t.Fatal("client-go discovery through skewgate does not list scheduling.k8s.io/v1alpha2 workloads")
 	}
+	paths, err := dc.OpenAPIV3().Paths()
+	if err != nil {
+		t.Fatalf("openapi v3 root through skewgate: %v", err)
+	}
+	gv, ok := paths["apis/"+workloadsGVR.GroupVersion().String()]
+	if !ok {
+		t.Fatal("the openapi v3 root through skewgate lacks scheduling.k8s.io/v1alpha2")
+	}
+	if schema, err := gv.Schema("application/json"); err != nil || !strings.Contains(string(schema), "io.k8s.api.scheduling.v1alpha2.Workload") {
+		t.Errorf("workloads schema through skewgate: %v (%d bytes)", err, len(schema))
+	}
 	direct, err := discovery.NewDiscoveryClientForConfig(restConfig(t, node(t, "node-a").URL()))
 	if err != nil {
 		t.Fatal(err)
@@ -213,11 +224,15 @@ func insistingClient(t *testing.T, kp lab.KeyPair) *http.Client {
 func TestAnonymousStaysAnonymous(t *testing.T) {
 	anon := client(t, lab.KeyPair{})
 	a := node(t, "node-a").URL()
-	for _, path := range []string{"/readyz", "/version", "/api/v1/namespaces"} {
-		direct := do(t, anon, http.MethodGet, a+path, nil)
-		through := do(t, anon, http.MethodGet, via(t)+path, nil)
+	aggregated := []string{"Accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"}
+	for _, req := range []struct {
+		path string
+		hdr  []string
+	}{{"/readyz", nil}, {"/version", nil}, {"/api/v1/namespaces", nil}, {"/apis", aggregated}, {"/apis", nil}, {"/openapi/v3", nil}} {
+		direct := do(t, anon, http.MethodGet, a+req.path, nil, req.hdr...)
+		through := do(t, anon, http.MethodGet, via(t)+req.path, nil, req.hdr...)
 		if direct.Code != through.Code {
-			t.Errorf("anonymous GET %s: %d through skewgate, %d directly", path, through.Code, direct.Code)
+			t.Errorf("anonymous GET %s %v: %d through skewgate, %d directly", req.path, req.hdr, through.Code, direct.Code)
 		}
 	}
 }

@@ -93,7 +93,8 @@ func New(cfg Config) (*Members, error) {
 }
 
 func (m *Members) add(u *url.URL, local bool) *server {
-	s := &server{backend: forward.NewBackend(ID(u), u, m.cfg.Trust), local: local, passes: passThreshold - 1}
+	b := forward.NewBackend(ID(u), u, m.cfg.Trust)
+	s := &server{backend: b, client: m.client(b), local: local, passes: passThreshold - 1}
 	m.servers[s.backend.ID] = s
 	m.kicks[s.backend.ID] = make(chan struct{}, 1)
 	return s
@@ -121,9 +122,8 @@ func (m *Members) Run(ctx context.Context) {
 
 func (m *Members) start(ctx context.Context, id string, s *server) {
 	ctx, s.stop = context.WithCancel(ctx)
-	client := m.client(s.backend)
-	go m.probeLoop(ctx, s, client)
-	go m.refreshLoop(ctx, id, m.kicks[id], &discovery.HTTPFetcher{Client: client, BaseURL: s.backend.URL.String()})
+	go m.probeLoop(ctx, s, s.client)
+	go m.refreshLoop(ctx, id, m.kicks[id], &discovery.HTTPFetcher{Client: s.client, BaseURL: s.backend.URL.String()})
 }
 
 // client is an HTTP client for skewgate's own requests to b.

@@ -5,6 +5,7 @@
 package membership
 
 import (
+	"net/http"
 	"sync"
 	"time"
 
@@ -24,6 +25,7 @@ const (
 // server is one apiserver's health as the prober sees it.
 type server struct {
 	backend *forward.Backend
+	client  *http.Client // skewgate's own requests, as Identity
 	local   bool
 
 	mu        sync.Mutex

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/transport"
 
-	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/forward"
 	"github.com/skewgate/skewgate/membership"
 	"github.com/skewgate/skewgate/route"
@@ -67,7 +66,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 		return
 	}
 	x.req = req
-	if req.Kind == route.DiscoveryRoot && !x.fromPeer && h.serveMerged(w, r, x) {
+	if !x.fromPeer && h.serveMerged(w, r, x) {
 		return
 	}
 	x.decision = route.Decide(req, h.members.Table(), x.fromPeer, clientKey(r, caller))
@@ -108,38 +107,6 @@ func (h *Handler) forwardFailed(id string, kind forward.FailureKind, err error) 
 	if kind == forward.FailConnect {
 		h.members.ConnFailed(id, err)
 	}
-}
-
-// serveMerged answers /api and /apis from the merged discovery of the
-// healthy servers when the client asks for aggregated discovery without
-// profile=nopeer (which passes to the local server, as on kube-apiserver
-// 1.36), and /apis in the legacy form with peer-only groups included.
-func (h *Handler) serveMerged(w http.ResponseWriter, r *http.Request, x *exchange) bool {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		return false
-	}
-	aggregated, nopeer := discovery.WantsAggregated(r)
-	legacyAPIs := !aggregated && (r.URL.Path == "/apis" || r.URL.Path == "/apis/")
-	if nopeer || !aggregated && !legacyAPIs {
-		return false // legacy /api (APIVersions) is the same everywhere: local
-	}
-	merged := h.members.Discovery().Merged
-	x.decision = route.Decision{Route: route.Merged, Rule: 1, Reason: "peer-aggregated discovery"}
-	w.Header().Set(forward.HeaderRoute, string(route.Merged))
-	w.Header().Set(forward.HeaderServer, "skewgate")
-	w.Header().Set(forward.HeaderAuditID, r.Header.Get(forward.HeaderAuditID))
-	w, rec := record(w)
-	if aggregated {
-		merged.ServeHTTP(w, r)
-	} else {
-		merged.ServeLegacyAPIs(w, r)
-	}
-	result := "miss"
-	if rec.status() == http.StatusNotModified {
-		result = "hit"
-	}
-	h.metrics.merged.WithLabelValues(result).Inc()
-	return true
 }
 
 // setIdentity replaces whatever identity headers the client sent with what

@@ -27,9 +27,11 @@ const (
 	DiscoveryGroup
 	// OpenAPIGroupVersion is /openapi/v3/apis/<g>/<v> (or /openapi/v3/api/v1).
 	OpenAPIGroupVersion
+	// OpenAPIRoot is /openapi/v3, the index of every group-version's schema.
+	OpenAPIRoot
 )
 
-var kindNames = [...]string{"other", "resource", "discovery-root", "discovery-group", "openapi-group-version"}
+var kindNames = [...]string{"other", "resource", "discovery-root", "discovery-group", "openapi-group-version", "openapi-root"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -97,6 +99,8 @@ func classifyPath(path string) (Kind, schema.GroupVersion) {
 	switch {
 	case path == "/api" || path == "/api/" || path == "/apis" || path == "/apis/":
 		return DiscoveryRoot, schema.GroupVersion{}
+	case path == "/openapi/v3" || path == "/openapi/v3/":
+		return OpenAPIRoot, schema.GroupVersion{}
 	case len(parts) == 2 && parts[0] == "api":
 		return DiscoveryGroup, schema.GroupVersion{Version: parts[1]}
 	case len(parts) == 2 && parts[0] == "apis":

@@ -37,7 +37,8 @@ func TestClassify(t *testing.T) {
 		{"GET", "/openapi/v3/api/v1", Request{Kind: OpenAPIGroupVersion, Verb: "get", GV: schema.GroupVersion{Version: "v1"}}},
 		{"GET", "/version", Request{Kind: Other, Verb: "get"}},
 		{"GET", "/healthz", Request{Kind: Other, Verb: "get"}},
-		{"GET", "/openapi/v3", Request{Kind: Other, Verb: "get"}},
+		{"GET", "/openapi/v3", Request{Kind: OpenAPIRoot, Verb: "get"}},
+		{"GET", "/openapi/v2", Request{Kind: Other, Verb: "get"}},
 	}
 	for _, tc := range cases {
 		got, err := c.Classify(httptest.NewRequest(tc.method, tc.path, nil))

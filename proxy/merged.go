@@ -1,0 +1,143 @@
+package proxy
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/forward"
+	"github.com/skewgate/skewgate/route"
+)
+
+// mergedKind is which merged document a request asks for, if any.
+type mergedKind int
+
+const (
+	notMerged mergedKind = iota
+	aggregatedDiscovery
+	legacyGroupList
+	openAPIRoot
+)
+
+// wantsMerged picks the requests skewgate answers with a merged document:
+// /api and /apis asking for aggregated discovery v2 without profile=nopeer
+// (which passes to the local server, as on kube-apiserver 1.36), a legacy
+// /apis, and the /openapi/v3 root.
+func wantsMerged(r *http.Request, req route.Request) mergedKind {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return notMerged
+	}
+	switch req.Kind {
+	case route.OpenAPIRoot:
+		return openAPIRoot
+	case route.DiscoveryRoot:
+		aggregated, nopeer := discovery.WantsAggregated(r)
+		switch {
+		case nopeer:
+		case aggregated:
+			return aggregatedDiscovery
+		case r.URL.Path == "/apis" || r.URL.Path == "/apis/":
+			return legacyGroupList
+		}
+	}
+	return notMerged // legacy /api (APIVersions) is the same everywhere: local
+}
+
+// serveMerged answers a merged document, if r asks for one and the local
+// apiserver lets the caller read the original: skewgate's own documents
+// must not reach callers the apiserver would refuse. It reports whether it
+// answered.
+func (h *Handler) serveMerged(w http.ResponseWriter, r *http.Request, x *exchange) bool {
+	kind := wantsMerged(r, x.req)
+	if kind == notMerged || !h.localAllows(w, r, x) {
+		return kind != notMerged
+	}
+	x.decision = route.Decision{Route: route.Merged, Rule: 1, Reason: "merged view of the healthy servers"}
+	w.Header().Set(forward.HeaderRoute, string(route.Merged))
+	w.Header().Set(forward.HeaderServer, "skewgate")
+	w.Header().Set(forward.HeaderAuditID, r.Header.Get(forward.HeaderAuditID))
+	w, rec := record(w)
+	merged := h.members.Discovery().Merged
+	switch kind {
+	case aggregatedDiscovery:
+		merged.ServeHTTP(w, r)
+	case legacyGroupList:
+		merged.ServeLegacyAPIs(w, r)
+	case openAPIRoot:
+		h.serveOpenAPIRoot(w, r)
+	}
+	result := "miss"
+	if rec.status() == http.StatusNotModified {
+		result = "hit"
+	}
+	h.metrics.merged.WithLabelValues(result).Inc()
+	return true
+}
+
+// localAllows asks the local apiserver the same question with the caller's
+// credentials. A 200 means the caller may read the document, and skewgate
+// answers the merged one; any other answer is passed to the caller as the
+// apiserver gave it, and false returned.
+func (h *Handler) localAllows(w http.ResponseWriter, r *http.Request, x *exchange) bool {
+	local := h.members.Backends([]string{h.members.LocalID()})
+	if len(local) == 0 {
+		forward.Unavailable(w, r, "no local apiserver")
+		return false
+	}
+	check := r.Clone(r.Context())
+	check.Header.Del("If-None-Match") // a 304 would say nothing about the caller
+	resp, err := local[0].Do(check, x.caller.User == nil)
+	if err != nil {
+		h.forwardFailed(local[0].ID, forward.FailConnect, err)
+		forward.Unavailable(w, r, err.Error())
+		return false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		return true
+	}
+	x.decision = route.Decision{Route: route.Local, Rule: 1, Servers: []string{local[0].ID}, Reason: "the local apiserver refused the caller"}
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.Header().Set(forward.HeaderRoute, string(route.Local))
+	w.Header().Set(forward.HeaderServer, local[0].ID)
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+	return false
+}
+
+// serveOpenAPIRoot answers /openapi/v3 with the local root merged with the
+// healthy peers', so clients find peer-only group-versions. A peer whose
+// root cannot be read or parsed is left out; without the local root there
+// is nothing to merge into and the caller gets a 503.
+func (h *Handler) serveOpenAPIRoot(w http.ResponseWriter, r *http.Request) {
+	localDoc, peerDocs, err := h.members.FetchAll(r.Context(), "/openapi/v3")
+	if err != nil {
+		forward.Unavailable(w, r, "local openapi root: "+err.Error())
+		return
+	}
+	localRoot, err := discovery.ParseOpenAPIRoot(localDoc)
+	if err != nil {
+		forward.Unavailable(w, r, "local "+err.Error())
+		return
+	}
+	roots := []*discovery.OpenAPIRoot{localRoot}
+	for _, d := range peerDocs {
+		if root, err := discovery.ParseOpenAPIRoot(d); err == nil {
+			roots = append(roots, root)
+		}
+	}
+	body := discovery.MergeOpenAPIRoots(roots...)
+	etag := fmt.Sprintf(`"%X"`, sha256.Sum256(body))
+	w.Header().Set("ETag", etag)
+	w.Header().Set("Cache-Control", "no-cache, private")
+	if r.Header.Get("If-None-Match") == etag {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(body)
+}
