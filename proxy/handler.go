@@ -153,8 +153,22 @@ func (h *Handler) observe(x *exchange, code int, d time.Duration) {
 	if rt == "" {
 		rt = string(route.Rejected)
 	}
-	h.metrics.requests.WithLabelValues(rt, x.req.Verb, group, version, resource, strconv.Itoa(code)).Inc()
+	h.metrics.requests.WithLabelValues(rt, verbLabel(x.req.Verb), group, version, resource, strconv.Itoa(code)).Inc()
 	if !x.req.Watch() && code != http.StatusSwitchingProtocols {
 		h.metrics.duration.WithLabelValues(rt).Observe(d.Seconds())
 	}
+}
+
+// knownVerbs bound the verb label: a client may send any method, and
+// RequestInfoFactory passes an unknown one through as the verb.
+var knownVerbs = map[string]bool{
+	"get": true, "list": true, "watch": true, "create": true, "update": true, "patch": true,
+	"delete": true, "deletecollection": true, "post": true, "put": true, "head": true, "options": true,
+}
+
+func verbLabel(verb string) string {
+	if knownVerbs[verb] {
+		return verb
+	}
+	return "other"
 }
