@@ -145,7 +145,10 @@ func (h *Handler) observe(x *exchange, code int, d time.Duration) {
 	group, version, resource := "", "", ""
 	if x.req.Kind == route.Resource {
 		group, version, resource = "unknown", "unknown", "unknown"
-		if x.decision.Rule >= 3 && x.decision.Rule <= 5 {
+		// Rules 4 and 5 name a GVR some peer lists; rule 3 one the local
+		// server lists once its discovery is known.
+		known := x.decision.Rule == 4 || x.decision.Rule == 5 || x.decision.Rule == 3 && h.members.Table().Local.Caps != nil
+		if known {
 			group, version, resource = x.req.GVR.Group, x.req.GVR.Version, x.req.GVR.Resource
 		}
 	}
