@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/skewgate/skewgate/admin"
 	"github.com/skewgate/skewgate/lab"
 )
 
@@ -26,34 +26,45 @@ func TestZPeerDown(t *testing.T) {
 }
 
 func peerDown(t *testing.T, takeDown func() error, departs bool) {
-	admin, sg := client(t, plane.PKI.Admin), via(t)
+	c, sg := client(t, plane.PKI.Admin), via(t)
 	// Poll from the moment the signal goes out: a 404 while node-b shuts
 	// down counts as much as one after.
 	down := time.Now()
 	gone := make(chan error, 1)
 	go func() { gone <- takeDown() }()
-	last := pollUntil(t, admin, sg+workloadsPath, http.StatusServiceUnavailable, 3*time.Second)
+	last := pollUntil(t, c, sg+workloadsPath, http.StatusServiceUnavailable, 3*time.Second)
 	t.Logf("503 %s after node-b was signalled", time.Since(down).Round(time.Millisecond))
 	if err := <-gone; err != nil {
 		t.Fatal(err)
 	}
 	assertUnavailableStatus(t, last)
-	if r := do(t, admin, http.MethodGet, sg+"/api/v1/namespaces", nil); r.Code != http.StatusOK {
+	if r := do(t, c, http.MethodGet, sg+"/api/v1/namespaces", nil); r.Code != http.StatusOK {
 		t.Errorf("core request while node-b is down = %d", r.Code)
 	}
 	if departs {
 		// A graceful shutdown removes node-b from default/kubernetes:
 		// skewgate must still remember what it served.
+		b := node(t, "node-b").IP.String() + ":6443"
 		waitFor(t, 10*time.Second, "node-b departed in /debug/routes", func() bool {
-			return strings.Contains(string(do(t, http.DefaultClient, http.MethodGet, lab.SkewgateAdminURL(node(t, "node-a"))+"/debug/routes", nil).Body), `"departed"`)
+			var v admin.RoutesView
+			r := do(t, http.DefaultClient, http.MethodGet, lab.SkewgateAdminURL(node(t, "node-a"))+"/debug/routes", nil)
+			if err := json.Unmarshal(r.Body, &v); err != nil {
+				t.Fatalf("/debug/routes: %v", err)
+			}
+			for _, s := range v.Servers {
+				if s.ID == b {
+					return s.Departed != nil
+				}
+			}
+			return false
 		})
-		assertUnavailableStatus(t, do(t, admin, http.MethodGet, sg+workloadsPath, nil))
+		assertUnavailableStatus(t, do(t, c, http.MethodGet, sg+workloadsPath, nil))
 	}
 	if err := plane.StartNode(context.Background(), "node-b", 60*time.Second); err != nil {
 		t.Fatalf("restart node-b: %v", err)
 	}
 	up := time.Now()
-	r := pollUntil(t, admin, sg+workloadsPath, http.StatusOK, 15*time.Second)
+	r := pollUntil(t, c, sg+workloadsPath, http.StatusOK, 15*time.Second)
 	routed(t, "workloads after node-b is back", r, http.StatusOK, "peer", node(t, "node-b").IP.String()+":6443")
 	t.Logf("200 from node-b %s after it was ready again", time.Since(up).Round(time.Millisecond))
 }
