@@ -203,13 +203,10 @@ func down(dir string, keepLogs bool) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
-	// Apiservers before etcd, so none of them logs a storm of etcd errors.
-	for i := len(st.Procs) - 1; i >= 0; i-- {
-		if err := st.Procs[i].Stop(stopGrace); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	// Everything at once but etcd, which goes last so no apiserver logs a
+	// storm of etcd errors while it shuts down.
+	errs := stopAll(st.Procs, func(p Proc) bool { return p.Name != "etcd" })
+	errs = append(errs, stopAll(st.Procs, func(p Proc) bool { return p.Name == "etcd" })...)
 	for _, name := range st.NetNS {
 		if err := deleteNodeNetwork(name); err != nil {
 			errs = append(errs, err)
@@ -324,4 +321,23 @@ func (p *Plane) AddNode(ctx context.Context, name, version string, timeout time.
 		return Node{}, err
 	}
 	return n, writeKubeconfig(KubeconfigPath(p.Dir, n.Name), n, p.PKI)
+}
+
+// stopAll stops the processes pick selects, concurrently.
+func stopAll(procs []Proc, pick func(Proc) bool) []error {
+	errc := make(chan error, len(procs))
+	n := 0
+	for _, p := range procs {
+		if pick(p) {
+			n++
+			go func() { errc <- p.Stop(stopGrace) }()
+		}
+	}
+	var errs []error
+	for i := 0; i < n; i++ {
+		if err := <-errc; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
