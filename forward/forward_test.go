@@ -150,7 +150,7 @@ func TestUntrustedServerIsNotForwardedTo(t *testing.T) {
 
 func assertUnavailable(t *testing.T, w *httptest.ResponseRecorder) {
 	t.Helper()
-	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" || w.Header().Get(HeaderRoute) != "unavailable" {
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" || w.Header().Get(HeaderRoute) != "unavailable" || w.Header().Get(HeaderServer) != "skewgate" {
 		t.Fatalf("got %d Retry-After=%q route=%q, want 503 with Retry-After, route unavailable", w.Code, w.Header().Get("Retry-After"), w.Header().Get(HeaderRoute))
 	}
 	var st metav1.Status

@@ -29,6 +29,7 @@ func Unavailable(w http.ResponseWriter, r *http.Request, msg string) {
 	err := apierrors.NewServiceUnavailable(msg)
 	err.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: RetryAfterSeconds}
 	w.Header().Set(HeaderRoute, "unavailable")
+	w.Header().Set(HeaderServer, "skewgate") // nobody else answered
 	Error(w, r, err)
 }
 
