@@ -90,7 +90,7 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 		if i > 0 && !f.retry {
 			break
 		}
-		resp, connected, err := roundTrip(req, b, b.transportFor(f.req.Anonymous))
+		resp, connected, err := roundTrip(req, b, f.req.Anonymous)
 		if err == nil {
 			resp.Header.Set(HeaderServer, b.ID)
 			return resp, nil
@@ -118,12 +118,10 @@ func (f *failover) failed(id string, kind FailureKind, err error) {
 
 // roundTrip sends req to b and reports whether a connection was obtained,
 // i.e. whether any byte of the request may have been sent.
-func roundTrip(req *http.Request, b *Backend, rt http.RoundTripper) (*http.Response, bool, error) {
+func roundTrip(req *http.Request, b *Backend, anonymous bool) (*http.Response, bool, error) {
 	var connected atomic.Bool
 	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }}
-	out := req.Clone(httptrace.WithClientTrace(req.Context(), trace))
-	out.URL.Scheme, out.URL.Host, out.Host = b.URL.Scheme, b.URL.Host, ""
-	resp, err := rt.RoundTrip(out)
+	resp, err := b.Do(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), anonymous)
 	return resp, connected.Load(), err
 }
 
