@@ -264,7 +264,7 @@ func echo(c net.Conn) error {
 }
 
 // stream dials addr back to back from ns until stopped, recording every
-// outcome with its start time.
+// outcome with its start and end time.
 type stream struct {
 	mu      sync.Mutex
 	results []streamResult
@@ -273,9 +273,15 @@ type stream struct {
 }
 
 type streamResult struct {
-	start time.Time
-	greet string
-	err   error
+	start, end time.Time // dial began; greeting read or failure seen
+	greet      string
+	err        error
+}
+
+// overlaps reports whether the connection was open at some moment in
+// [from, to].
+func (r streamResult) overlaps(from, to time.Time) bool {
+	return r.start.Before(to) && r.end.After(from)
 }
 
 func startStream(t testing.TB, ns *testNetNS, addr string, limit int) *stream {
@@ -295,7 +301,7 @@ func startStream(t testing.TB, ns *testNetNS, addr string, limit int) *stream {
 					r.conn.Close()
 				}
 				s.mu.Lock()
-				s.results = append(s.results, streamResult{start: start, greet: r.greet, err: r.err})
+				s.results = append(s.results, streamResult{start: start, end: time.Now(), greet: r.greet, err: r.err})
 				s.mu.Unlock()
 				time.Sleep(time.Millisecond)
 			}
