@@ -39,18 +39,21 @@ type SteeringConfig struct {
 	// Renew is the probe and renewal interval (default 500ms); it must be
 	// shorter than Lease. A probe gets Renew as its deadline.
 	Renew time.Duration
-	// Retry is how often a trial lease is granted while probes fail
-	// (default 10s); see Probe.
+	// Retry is how long steering stays lapsed after a probe through the
+	// steered path failed, before a successful direct probe may grant a new
+	// lease (default 10s); see Probe.
 	Retry time.Duration
-	// Probe checks the steered path end to end, e.g. an HTTPS request to a
-	// target that must be answered by the proxy. The lease is renewed only
-	// after a successful probe; before that the agent has checked itself
-	// that the SOCKMAP holds this listener. Because a probe through a
-	// lapsed steering reaches the apiserver rather than the proxy, the agent
-	// grants one trial lease at start and then every Retry while probes
-	// fail, so a probe that insists on the proxy's answer can succeed. A
-	// nil Probe always succeeds.
-	Probe func(context.Context) error
+	// Probe checks the proxy. With steered true (kill switch on, lease
+	// live) it must check the steered path end to end, e.g. an HTTPS
+	// request to a target that must be answered by the proxy. With steered
+	// false a request to a target reaches the apiserver, so it must check
+	// the proxy's listener directly. The lease is renewed only after the
+	// listener is found in the SOCKMAP and the probe succeeds. A lapsed
+	// lease is granted again on a direct probe, at start at once and after
+	// an end-to-end failure no sooner than Retry: clients are never sent to
+	// a proxy that has not just answered, and a path that fails only when
+	// steered flaps at most once per Retry. A nil Probe always succeeds.
+	Probe func(ctx context.Context, steered bool) error
 }
 
 func (c *SteeringConfig) setDefaults() error {
@@ -76,7 +79,7 @@ func (c *SteeringConfig) setDefaults() error {
 		return fmt.Errorf("steering config: renew interval %s not shorter than lease %s", c.Renew, c.Lease)
 	}
 	if c.Probe == nil {
-		c.Probe = func(context.Context) error { return nil }
+		c.Probe = func(context.Context, bool) error { return nil }
 	}
 	return nil
 }
@@ -274,20 +277,18 @@ func prefixKey(p netip.Prefix) steer.SteerPrefixKey {
 
 func (s *Steering) run(ctx context.Context) {
 	defer close(s.done)
-	var lastTrial, lastOK uint64
+	var l lease
 	tick := time.NewTicker(s.cfg.Renew)
 	defer tick.Stop()
 	for {
 		now := monotonicNow()
-		err := s.check(ctx)
+		steered := s.conf.Enabled() && s.conf.LeaseUntil() > now
+		err := s.check(ctx, steered)
 		switch {
+		case l.renew(now, steered, err == nil, uint64(s.cfg.Retry)):
+			s.conf.SetLeaseUntil(now + uint64(s.cfg.Lease))
 		case err == nil:
-			lastOK = now
-			s.conf.SetLeaseUntil(now + uint64(s.cfg.Lease))
-		case now-lastTrial >= uint64(s.cfg.Retry) && now-lastOK >= uint64(s.cfg.Lease):
-			// Trial: let the next probes go through the proxy.
-			lastTrial = now
-			s.conf.SetLeaseUntil(now + uint64(s.cfg.Lease))
+			err = fmt.Errorf("held off until %s after the last failed probe through the steered path", s.cfg.Retry)
 		}
 		s.setStatus(err)
 		select {
@@ -298,16 +299,38 @@ func (s *Steering) run(ctx context.Context) {
 	}
 }
 
+// lease decides renewals from probe outcomes.
+type lease struct {
+	failedAt uint64 // monotonic ns of the last failed end-to-end probe; 0: none
+}
+
+// renew reports whether the lease is to be extended after a probe at now
+// (monotonic ns) that went through the steered path (steered) or to the
+// listener directly, and passed (ok). A direct probe renews unless an
+// end-to-end probe failed less than retry ago.
+func (l *lease) renew(now uint64, steered, ok bool, retry uint64) bool {
+	switch {
+	case steered && !ok:
+		l.failedAt = now
+		return false
+	case !ok:
+		return false
+	case steered:
+		return true
+	}
+	return l.failedAt == 0 || now-l.failedAt >= retry
+}
+
 // check verifies the kernel half of the path (our listener is in the
 // SOCKMAP) and then runs the caller's probe.
-func (s *Steering) check(ctx context.Context) error {
+func (s *Steering) check(ctx context.Context, steered bool) error {
 	var cookie uint64
 	if err := s.objs.SteerSocket.Lookup(uint32(0), &cookie); err != nil || cookie != s.cookie {
 		return fmt.Errorf("%w: listener not in steer_socket (closed?)", errNoListener)
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.Renew)
 	defer cancel()
-	if err := s.cfg.Probe(pctx); err != nil {
+	if err := s.cfg.Probe(pctx, steered); err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
 	return nil

@@ -155,15 +155,22 @@ func checkSteeringMetrics(t *testing.T, s *Steering) {
 	}
 }
 
+// TestSteeringLeaseExpiry: a proxy whose probes fail loses new connections
+// within a lease, gets none back while it keeps failing (no trial leases on
+// client traffic), and gets them back once it answers again, after Retry.
 func TestSteeringLeaseExpiry(t *testing.T) {
 	n := newNode(t)
 	ln := listenIn(t, n.ns, proxyAddr)
 	serveGreeter(t, "proxy", ln)
 
 	var failing atomic.Bool
+	var direct atomic.Int64
 	cfg := n.steeringConfig()
-	cfg.Retry = time.Hour // no trial leases in this test
-	cfg.Probe = func(context.Context) error {
+	cfg.Retry = 1500 * time.Millisecond
+	cfg.Probe = func(_ context.Context, steered bool) error {
+		if !steered {
+			direct.Add(1)
+		}
 		if failing.Load() {
 			return errors.New("proxy unhealthy")
 		}
@@ -179,22 +186,70 @@ func TestSteeringLeaseExpiry(t *testing.T) {
 	failing.Store(true)
 	lapse := time.Now()
 	str.waitGreet(t, "origin", lapse, cfg.Lease+time.Second)
+	// Longer than Retry past the lapse: direct probes keep failing, so
+	// nothing may be steered again.
+	time.Sleep(time.Until(lapse.Add(cfg.Lease + cfg.Retry + time.Second)))
 	str.halt()
+	lapsed := 0
 	for _, r := range str.snapshot() {
 		if r.err != nil {
 			t.Errorf("connection at %s failed: %v", r.start.Sub(lapse), r.err)
 		}
-		if r.start.After(lapse.Add(cfg.Lease+cfg.Renew)) && r.greet != "origin" {
-			t.Errorf("connection %s after the probe failed reached %s", r.start.Sub(lapse), r.greet)
+		if r.start.After(lapse.Add(cfg.Lease + cfg.Renew)) {
+			lapsed++
+			if r.greet != "origin" {
+				t.Errorf("connection %s after the probe failed reached %s", r.start.Sub(lapse), r.greet)
+			}
 		}
+	}
+	if lapsed < 100 {
+		t.Fatalf("only %d connections while lapsed", lapsed)
+	}
+	if direct.Load() == 0 {
+		t.Error("no direct probe while lapsed")
 	}
 	if st := s.Status(); st.State != StateLapsed {
 		t.Fatalf("status %s, want lapsed", st)
 	}
+	healed := time.Now()
 	failing.Store(false)
 	waitState(t, s, StateSteering)
 	if got := n.dial.who(t, targetAddr); got != "proxy" {
 		t.Fatalf("renewed: %s answered", got)
+	}
+	t.Logf("%d connections while lapsed, all to the apiserver; %d direct probes; steering back %s after the proxy healed",
+		lapsed, direct.Load(), time.Since(healed).Round(time.Millisecond))
+}
+
+func TestLeaseRenew(t *testing.T) {
+	const s, retry = uint64(time.Second), 10 * uint64(time.Second)
+	type probe struct {
+		at          uint64
+		steered, ok bool
+		want        bool
+	}
+	for name, probes := range map[string][]probe{
+		"start: direct probe grants at once": {{1 * s, false, true, true}},
+		"start: failed direct probe grants nothing": {
+			{1 * s, false, false, false}, {2 * s, false, true, true}},
+		"steered passes renew": {{1 * s, true, true, true}, {2 * s, true, true, true}},
+		"steered failure holds direct grants off for retry": {
+			{1 * s, true, true, true},
+			{2 * s, true, false, false},
+			{3 * s, true, false, false},
+			{5 * s, false, true, false},
+			{12 * s, false, true, false},
+			{13 * s, false, true, true},
+		},
+		"one steered failure in a live lease does not stop renewals": {
+			{1 * s, true, false, false}, {2 * s, true, true, true}},
+	} {
+		var l lease
+		for i, p := range probes {
+			if got := l.renew(p.at, p.steered, p.ok, retry); got != p.want {
+				t.Errorf("%s: probe %d (at %ds steered=%v ok=%v): renew %v, want %v", name, i, p.at/s, p.steered, p.ok, got, p.want)
+			}
+		}
 	}
 }
 

@@ -116,14 +116,18 @@ func (s *steering) engage(ctx context.Context, ready func() error, trust forward
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	probe := probeThroughProxy(s.target, trust)
+	steered := probeProxy(s.target, s.target, trust)
+	direct := probeProxy(listenerAddr(s.ln, s.target.Addr()), s.target, trust)
 	st, err := agent.StartSteering(ctx, agent.SteeringConfig{
 		PinPath: s.opts.pinPath, Targets: []netip.AddrPort{s.target}, Exempt: s.exempt,
-		Probe: func(ctx context.Context) error {
+		Probe: func(ctx context.Context, isSteered bool) error {
 			if err := ready(); err != nil {
 				return err
 			}
-			return probe(ctx)
+			if isSteered {
+				return steered(ctx)
+			}
+			return direct(ctx)
 		},
 	}, s.ln)
 	if err != nil { // an invalid configuration: flags were checked, so a bug
@@ -194,10 +198,18 @@ var errNotProxy = errors.New("steered address answered without skewgate")
 
 // probeThroughProxy checks the steered path end to end: a TLS request to
 // the target must be answered by this proxy (it sets X-Skewgate-Route).
-func probeThroughProxy(target netip.AddrPort, trust forward.Trust) func(context.Context) error {
-	u := "https://" + target.String() + "/healthz"
-	b := forward.NewBackend("probe", mustURL(u), trust)
-	client := &http.Client{Transport: b.Transport(), Timeout: time.Second}
+// probeProxy checks that a new connection to dial is answered by skewgate:
+// dial is the steered address itself, or the listener. Either way the
+// request is for the steered address, whose IP the serving certificate
+// must carry.
+func probeProxy(dial, steered netip.AddrPort, trust forward.Trust) func(context.Context) error {
+	u := "https://" + steered.String() + "/healthz"
+	tr := forward.NewBackend("probe", mustURL(u), trust).Transport().(*http.Transport).Clone()
+	dialer := &net.Dialer{Timeout: forward.DialTimeout}
+	tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return dialer.DialContext(ctx, network, dial.String())
+	}
+	client := &http.Client{Transport: tr, Timeout: time.Second}
 	return func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		if err != nil {
@@ -215,6 +227,16 @@ func probeThroughProxy(target netip.AddrPort, trust forward.Trust) func(context.
 		}
 		return nil
 	}
+}
+
+// listenerAddr is where a direct probe reaches the listener: its own
+// address, or ip when it listens on every address.
+func listenerAddr(ln *net.TCPListener, ip netip.Addr) netip.AddrPort {
+	a := ln.Addr().(*net.TCPAddr).AddrPort()
+	if a.Addr().IsUnspecified() {
+		return netip.AddrPortFrom(ip, a.Port())
+	}
+	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
 }
 
 func mustURL(s string) *url.URL {
