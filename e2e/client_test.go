@@ -40,6 +40,9 @@ func do(t testing.TB, c *http.Client, method, url string, body []byte, hdr ...st
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if http.CanonicalHeaderKey(hdr[i]) == "Content-Type" {
+			req.Header.Del("Content-Type")
+		}
 		req.Header.Add(hdr[i], hdr[i+1])
 	}
 	resp, err := c.Do(req)

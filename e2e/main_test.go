@@ -18,6 +18,7 @@ import (
 var plane *lab.Plane
 
 func TestMain(m *testing.M) {
+	lab.RunReaper()
 	if os.Geteuid() != 0 {
 		if testenv.InCI() {
 			fmt.Fprintln(os.Stderr, "e2e: needs root to run the lab, and CI=true forbids skipping")
@@ -35,6 +36,14 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	// A panicking test or `go test -timeout` ends this process without
+	// running deferred calls: the reaper then takes the lab down.
+	stopReaper, err := lab.StartReaper(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer stopReaper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	p, err := lab.Up(ctx, lab.Options{Dir: dir, CacheDir: lab.DefaultCacheDir(), Spec: lab.DefaultSpec(), Progress: os.Stderr})
@@ -46,7 +55,10 @@ func run(m *testing.M) int {
 	defer func() {
 		if err := lab.Down(dir); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: lab down:", err)
+			return
 		}
+		// Only the skewgate binary built for this run is left.
+		os.RemoveAll(dir)
 	}()
 	if err := startSkewgate(ctx, dir); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
