@@ -33,13 +33,17 @@ func APIServerArgs(spec Spec, n Node, pki *PKI) []string {
 		"--service-account-key-file=" + pki.SAPublicKey,
 		"--service-account-signing-key-file=" + pki.SAPrivateKey,
 		"--service-cluster-ip-range=10.96.0.0/16",
-		// Each server keeps its address in default/kubernetes while it
-		// runs and removes it on a graceful shutdown: skewgate's
-		// --kubeconfig membership reads it. 198.18.0.0/15 is accepted.
-		"--endpoint-reconciler-type=lease",
 		"--profiling=false",
 		"--v=1",
 	}
+	// Each server keeps its address in default/kubernetes while it runs
+	// and removes it on a graceful shutdown: skewgate's --kubeconfig
+	// membership reads it. 198.18.0.0/15 is accepted.
+	reconciler := "lease"
+	if spec.NoEndpoints {
+		reconciler = "none"
+	}
+	args = append(args, "--endpoint-reconciler-type="+reconciler)
 	gates := []string{fmt.Sprintf("UnknownVersionInteroperabilityProxy=%t", spec.InTreeProxy)}
 	if n.Minor() >= newAPIsMinor {
 		gates = append(gates, "GenericWorkload=true")

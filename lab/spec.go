@@ -51,6 +51,10 @@ type Spec struct {
 	// (UnknownVersionInteroperabilityProxy) where the version has it, for
 	// comparisons with skewgate.
 	InTreeProxy bool
+	// NoEndpoints runs every apiserver with --endpoint-reconciler-type=none,
+	// as installations behind their own load balancer do: default/kubernetes
+	// then lists no apiserver, and peers are found elsewhere.
+	NoEndpoints bool
 }
 
 // DefaultSpec is node-a on the old version and node-b on the new one.

@@ -63,6 +63,13 @@ func TestAPIServerArgs(t *testing.T) {
 		!strings.Contains(args, "--peer-ca-file=/pki/ca.crt") {
 		t.Errorf("in-tree proxy args incomplete: %s", args)
 	}
+	if !strings.Contains(newArgs, "--endpoint-reconciler-type=lease") {
+		t.Error("the lease endpoint reconciler is not the default")
+	}
+	spec.NoEndpoints = true
+	if args := strings.Join(APIServerArgs(spec, cur, pki), " "); !strings.Contains(args, "--endpoint-reconciler-type=none") {
+		t.Errorf("NoEndpoints args: %s", args)
+	}
 }
 
 func (s Spec) nodeByName(name string) (Node, bool) {

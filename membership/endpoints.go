@@ -3,11 +3,14 @@ package membership
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"net/url"
 	"strconv"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -20,34 +23,71 @@ import (
 // addresses in (--endpoint-reconciler-type=lease, the default).
 const kubernetesService = "kubernetes"
 
-// WatchEndpoints keeps the peers equal to static plus every ready address
-// of the default/kubernetes EndpointSlices, except this node's own
-// addresses (self). It returns once the informer has synced, or ctx's
-// error; the watch runs until ctx ends.
-func (m *Members) WatchEndpoints(ctx context.Context, client kubernetes.Interface, static []*url.URL, self func(netip.Addr) bool) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace("default"),
+// WatchCluster keeps the peers equal to static plus the apiservers the
+// cluster lists, except this node's own addresses (self):
+//   - every ready address of the default/kubernetes EndpointSlices, which
+//     kube-apiservers keep with the default lease endpoint reconciler;
+//   - the peer-advertise address of every fresh kube-apiserver identity
+//     lease in kube-system, which servers with the in-tree proxy
+//     (UnknownVersionInteroperabilityProxy) publish, whatever their
+//     endpoint reconciler.
+//
+// A caller not allowed to list leases in kube-system gets the EndpointSlices
+// alone, and a log line saying so. WatchCluster returns once the informers
+// have synced, or ctx's error; the watches run until ctx ends.
+func (m *Members) WatchCluster(ctx context.Context, client kubernetes.Interface, static []*url.URL, self func(netip.Addr) bool, log *slog.Logger) error {
+	slices := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(metav1.NamespaceDefault),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = discoveryv1.LabelServiceName + "=" + kubernetesService
 		}))
-	slices := factory.Discovery().V1().EndpointSlices()
+	factories := []informers.SharedInformerFactory{slices}
+	sliceLister := slices.Discovery().V1().EndpointSlices()
+	informersToWatch := []cache.SharedIndexInformer{sliceLister.Informer()}
+
+	var leases func() ([]*coordinationv1.Lease, error)
+	if err := canListIdentityLeases(ctx, client); err != nil {
+		log.Warn("apiserver identity leases not read: peers come from the EndpointSlices only", "err", err)
+	} else {
+		// Resync re-reads the cache every LeaseRenew, so a lease that stopped
+		// being renewed goes stale without an event.
+		lf := informers.NewSharedInformerFactoryWithOptions(client, identityLeaseRenew, informers.WithNamespace(metav1.NamespaceSystem),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = identityLeaseSelector }))
+		factories = append(factories, lf)
+		ll := lf.Coordination().V1().Leases()
+		informersToWatch = append(informersToWatch, ll.Informer())
+		leases = func() ([]*coordinationv1.Lease, error) { return ll.Lister().List(labels.Everything()) }
+	}
+
 	sync := func() {
-		all, err := slices.Lister().List(labels.Everything())
+		all, err := sliceLister.Lister().List(labels.Everything())
 		if err != nil {
 			return // the lister reads a local cache: it does not fail
 		}
-		m.SetPeers(append(append([]*url.URL{}, static...), endpointURLs(all, self)...))
+		peers := append(append([]*url.URL{}, static...), endpointURLs(all, self)...)
+		if leases != nil {
+			ls, err := leases()
+			if err != nil {
+				return
+			}
+			peers = append(peers, leaseURLs(ls, self, time.Now())...)
+		}
+		m.SetPeers(peers)
 	}
-	if _, err := slices.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { sync() },
-		UpdateFunc: func(any, any) { sync() },
-		DeleteFunc: func(any) { sync() },
-	}); err != nil {
-		return fmt.Errorf("watch endpointslices: %w", err)
+	for _, inf := range informersToWatch {
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { sync() },
+			UpdateFunc: func(any, any) { sync() },
+			DeleteFunc: func(any) { sync() },
+		}); err != nil {
+			return fmt.Errorf("watch the cluster's apiservers: %w", err)
+		}
 	}
-	factory.Start(ctx.Done())
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("sync %v from the cluster: %w", typ, ctx.Err())
+	for _, f := range factories {
+		f.Start(ctx.Done())
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("sync %v from the cluster: %w", typ, ctx.Err())
+			}
 		}
 	}
 	sync()

@@ -119,7 +119,7 @@ func run(ctx context.Context, o runOptions) error {
 	// apiserver, which the probes open and HTTP/2 then keeps.
 	go members.Run(ctx)
 	if o.kubeconfig != "" {
-		if err := watchEndpoints(ctx, o.kubeconfig, members, peers); err != nil {
+		if err := watchCluster(ctx, o.kubeconfig, members, peers, log); err != nil {
 			ln.Close()
 			return err
 		}
@@ -253,9 +253,10 @@ func serveAdmin(addr string, h http.Handler) (*http.Server, error) {
 	return srv, nil
 }
 
-// watchEndpoints adds the peers the cluster lists in default/kubernetes to
-// the --peers ones, following them as apiservers come and go.
-func watchEndpoints(ctx context.Context, kubeconfig string, m *membership.Members, static []*url.URL) error {
+// watchCluster adds the peers the cluster lists (the default/kubernetes
+// EndpointSlices and the apiserver identity leases) to the --peers ones,
+// following them as apiservers come and go.
+func watchCluster(ctx context.Context, kubeconfig string, m *membership.Members, static []*url.URL, log *slog.Logger) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return fmt.Errorf("--kubeconfig: %w", err)
@@ -273,7 +274,7 @@ func watchEndpoints(ctx context.Context, kubeconfig string, m *membership.Member
 	defer cancel()
 	// The informer lives on ctx; only the initial sync is bounded.
 	synced := make(chan error, 1)
-	go func() { synced <- m.WatchEndpoints(ctx, client, static, self) }()
+	go func() { synced <- m.WatchCluster(ctx, client, static, self, log) }()
 	select {
 	case err := <-synced:
 		if err != nil {
@@ -281,6 +282,6 @@ func watchEndpoints(ctx context.Context, kubeconfig string, m *membership.Member
 		}
 		return nil
 	case <-sctx.Done():
-		return fmt.Errorf("--kubeconfig %s: endpointslices not synced within 30s", kubeconfig)
+		return fmt.Errorf("--kubeconfig %s: the cluster's apiservers not synced within 30s", kubeconfig)
 	}
 }

@@ -1,0 +1,77 @@
+// Package labtest runs a test package against a lab brought up once for the
+// whole package, with skewgate built for it.
+package labtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/skewgate/skewgate/internal/testenv"
+	"github.com/skewgate/skewgate/lab"
+)
+
+// Env is what a package's tests get.
+type Env struct {
+	Plane *lab.Plane
+	// Skewgate is the skewgate binary built for this run.
+	Skewgate string
+}
+
+// Main is the body of a lab test package's TestMain: it brings up spec,
+// builds skewgate, calls setup, runs the tests, and tears the lab down —
+// or, if the test binary dies (a panic, -timeout), a reaper does. Without
+// root the package is skipped, and fails in CI. Use it as
+// os.Exit(labtest.Main(m, pkg, spec, setup)).
+func Main(m *testing.M, pkg string, spec lab.Spec, setup func(context.Context, *Env) error) int {
+	lab.RunReaper()
+	if os.Geteuid() != 0 {
+		if testenv.InCI() {
+			fmt.Fprintln(os.Stderr, pkg+": needs root to run the lab, and CI=true forbids skipping")
+			return 1
+		}
+		fmt.Fprintln(os.Stderr, pkg+": skipped, needs root to run the lab (runs in CI)")
+		return 0
+	}
+	dir, err := os.MkdirTemp("", "skewgate-"+pkg+"-lab-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, pkg+":", err)
+		return 1
+	}
+	stopReaper, err := lab.StartReaper(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, pkg+":", err)
+		return 1
+	}
+	defer stopReaper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	p, err := lab.Up(ctx, lab.Options{Dir: dir, CacheDir: lab.DefaultCacheDir(), Spec: spec, Progress: os.Stderr})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, pkg+": lab up:", err)
+		return 1
+	}
+	defer func() {
+		if err := lab.Down(dir); err != nil {
+			fmt.Fprintln(os.Stderr, pkg+": lab down:", err)
+			return
+		}
+		// Only the skewgate binary built for this run is left.
+		os.RemoveAll(dir)
+	}()
+	env := &Env{Plane: p, Skewgate: filepath.Join(dir, "skewgate")}
+	build := exec.CommandContext(ctx, "go", "build", "-o", env.Skewgate, "github.com/skewgate/skewgate/cmd/skewgate")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: build skewgate: %v\n%s", pkg, err, out)
+		return 1
+	}
+	if err := setup(ctx, env); err != nil {
+		fmt.Fprintln(os.Stderr, pkg+":", err)
+		return 1
+	}
+	return m.Run()
+}
