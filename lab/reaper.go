@@ -21,11 +21,15 @@ const reaperEnv = "SKEWGATE_LAB_REAPER"
 // would leave kube-apiservers, etcd and namespaces behind. The helper waits
 // for its stdin to close, which happens however this process ends.
 //
+// The helper inherits hold (e.g. a lock on the lab's addresses) and keeps
+// it open until it is done.
+//
 // The program must call RunReaper first thing in main (or TestMain). Call
 // stop after a normal Down: the helper then finds nothing to do.
-func StartReaper(dir string) (stop func(), err error) {
+func StartReaper(dir string, hold ...*os.File) (stop func(), err error) {
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), reaperEnv+"="+dir)
+	cmd.ExtraFiles = hold
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	// Its own process group: a ^C meant for this process must not take
 	// the helper with it.

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/skewgate/skewgate/internal/testenv"
 	"github.com/skewgate/skewgate/lab"
 )
@@ -37,12 +39,20 @@ func Main(m *testing.M, pkg string, spec lab.Spec, setup func(context.Context, *
 		fmt.Fprintln(os.Stderr, pkg+": skipped, needs root to run the lab (runs in CI)")
 		return 0
 	}
+	// Every lab uses the same namespaces, bridge and etcd port: packages
+	// that go test runs in parallel take turns.
+	lock, err := lockLab()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, pkg+":", err)
+		return 1
+	}
+	defer lock.Close()
 	dir, err := os.MkdirTemp("", "skewgate-"+pkg+"-lab-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, pkg+":", err)
 		return 1
 	}
-	stopReaper, err := lab.StartReaper(dir)
+	stopReaper, err := lab.StartReaper(dir, lock)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, pkg+":", err)
 		return 1
@@ -74,4 +84,18 @@ func Main(m *testing.M, pkg string, spec lab.Spec, setup func(context.Context, *
 		return 1
 	}
 	return m.Run()
+}
+
+// lockLab waits for the lab lock: an exclusive flock, released when the
+// file is closed by this process and by its reaper.
+func lockLab() (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "skewgate-lab.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lab lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lab lock: %w", err)
+	}
+	return f, nil
 }
