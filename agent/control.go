@@ -3,8 +3,10 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -70,6 +72,8 @@ type Control struct {
 	cfgMap   *ebpf.Map
 	socket   *ebpf.Map
 	counters *ebpf.Map
+	targets  *ebpf.Map
+	exempt   *ebpf.Map
 }
 
 // OpenControl opens the steering pins under pinPath. It returns an error
@@ -87,6 +91,8 @@ func OpenControl(pinPath string) (*Control, error) {
 		steer.SteerMapSteerConfig:   &c.cfgMap,
 		steer.SteerMapSteerSocket:   &c.socket,
 		steer.SteerMapSteerCounters: &c.counters,
+		steer.SteerMapSteerTargets:  &c.targets,
+		steer.SteerMapSteerExempt:   &c.exempt,
 	} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(pinPath, name), nil)
 		if err != nil {
@@ -137,6 +143,9 @@ type State struct {
 	ListenerCookie uint64
 	// Lookups counts sk_lookup runs by outcome since the maps were created.
 	Lookups map[string]uint64
+	// Targets are the steered addresses; Exempt the sources never steered.
+	Targets []netip.AddrPort
+	Exempt  []netip.Prefix
 }
 
 // Steering reports whether new connections to a target are steered now.
@@ -169,8 +178,30 @@ func (c *Control) State() (State, error) {
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return s, fmt.Errorf("read steer_socket: %w", err)
 	}
-	s.Lookups, err = readReasons(c.counters)
-	return s, err
+	if s.Lookups, err = readReasons(c.counters); err != nil {
+		return s, err
+	}
+	var target steer.SteerTarget
+	var dest steer.SteerDest
+	it := c.targets.Iterate()
+	for it.Next(&target, &dest) {
+		s.Targets = append(s.Targets, netip.AddrPortFrom(netip.AddrFrom16(target.Addr).Unmap(), target.Port))
+	}
+	if err := it.Err(); err != nil {
+		return s, fmt.Errorf("read steer_targets: %w", err)
+	}
+	var prefix steer.SteerPrefixKey
+	var ex steer.SteerExempt
+	it = c.exempt.Iterate()
+	for it.Next(&prefix, &ex) {
+		s.Exempt = append(s.Exempt, fromPrefixKey(prefix))
+	}
+	if err := it.Err(); err != nil {
+		return s, fmt.Errorf("read steer_exempt: %w", err)
+	}
+	slices.SortFunc(s.Targets, netip.AddrPort.Compare)
+	slices.SortFunc(s.Exempt, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	return s, nil
 }
 
 // Close releases the pins' file descriptors; the pins stay.
@@ -179,7 +210,7 @@ func (c *Control) Close() error {
 	if c.cfg != nil {
 		errs = append(errs, c.cfg.close())
 	}
-	for _, m := range []*ebpf.Map{c.cfgMap, c.socket, c.counters} {
+	for _, m := range []*ebpf.Map{c.cfgMap, c.socket, c.counters, c.targets, c.exempt} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}

@@ -32,7 +32,7 @@ type SteeringConfig struct {
 	// IPv6 ones.
 	Targets []netip.AddrPort
 	// Exempt lists source prefixes never steered: peer agents, so a
-	// forwarded request never enters a second proxy.
+	// forwarded request never enters a second proxy. SetExempt changes it.
 	Exempt []netip.Prefix
 	// Lease is how long one renewal keeps steering on (default 2s).
 	Lease time.Duration
@@ -197,6 +197,27 @@ func (s *Steering) attach() (link.Link, error) {
 	})
 }
 
+// SetExempt replaces the exempt source prefixes, e.g. as peers join and
+// leave. Prefixes in both the old and the new set stay in the map
+// throughout. It does nothing on a disabled Steering.
+func (s *Steering) SetExempt(prefixes []netip.Prefix) error {
+	if s.Status().State == StateDisabled {
+		return nil
+	}
+	if err := syncKeys(s.objs.SteerExempt, exemptKeys(prefixes), steer.SteerExempt{}); err != nil {
+		return fmt.Errorf("write steer_exempt: %w", err)
+	}
+	return nil
+}
+
+func exemptKeys(prefixes []netip.Prefix) map[steer.SteerPrefixKey]bool {
+	keys := map[steer.SteerPrefixKey]bool{}
+	for _, p := range prefixes {
+		keys[prefixKey(p)] = true
+	}
+	return keys
+}
+
 // writeTargets makes steer_targets and steer_exempt equal to the config.
 func (s *Steering) writeTargets() error {
 	targets := map[steer.SteerTarget]bool{}
@@ -206,11 +227,7 @@ func (s *Steering) writeTargets() error {
 	if err := syncKeys(s.objs.SteerTargets, targets, steer.SteerDest{}); err != nil {
 		return fmt.Errorf("write steer_targets: %w", err)
 	}
-	exempt := map[steer.SteerPrefixKey]bool{}
-	for _, p := range s.cfg.Exempt {
-		exempt[prefixKey(p)] = true
-	}
-	if err := syncKeys(s.objs.SteerExempt, exempt, steer.SteerExempt{}); err != nil {
+	if err := syncKeys(s.objs.SteerExempt, exemptKeys(s.cfg.Exempt), steer.SteerExempt{}); err != nil {
 		return fmt.Errorf("write steer_exempt: %w", err)
 	}
 	return nil
@@ -264,6 +281,15 @@ func targetKey(ap netip.AddrPort) steer.SteerTarget {
 		family = unix.AF_INET
 	}
 	return steer.SteerTarget{Addr: ap.Addr().As16(), Port: ap.Port(), Family: family}
+}
+
+// fromPrefixKey undoes prefixKey.
+func fromPrefixKey(k steer.SteerPrefixKey) netip.Prefix {
+	a, bits := netip.AddrFrom16(k.Addr), int(k.Prefixlen)
+	if a.Is4In6() && bits >= 96 {
+		a, bits = a.Unmap(), bits-96
+	}
+	return netip.PrefixFrom(a, bits)
 }
 
 func prefixKey(p netip.Prefix) steer.SteerPrefixKey {

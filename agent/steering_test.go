@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -308,4 +309,44 @@ func pinnedLinkID(t *testing.T, pins string) link.ID {
 		t.Fatal(err)
 	}
 	return info.ID
+}
+
+// TestSteeringSetExempt: a source made exempt while steering runs reaches
+// the apiserver; taken out again, it is steered.
+func TestSteeringSetExempt(t *testing.T) {
+	n := newNode(t)
+	ln := listenIn(t, n.ns, proxyAddr)
+	serveGreeter(t, "proxy", ln)
+	s := startSteering(t, n.steeringConfig(), ln)
+	waitState(t, s, StateSteering)
+	if got := n.dial.who(t, targetAddr); got != "proxy" {
+		t.Fatalf("no exemption: %s answered", got)
+	}
+	if err := s.SetExempt([]netip.Prefix{netip.MustParsePrefix("198.18.7.0/24"), netip.PrefixFrom(nodeAddr, 32)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.dial.who(t, targetAddr); got != "origin" {
+		t.Fatalf("source exempt: %s answered", got)
+	}
+	if err := s.SetExempt([]netip.Prefix{netip.MustParsePrefix("198.18.7.0/24")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.dial.who(t, targetAddr); got != "proxy" {
+		t.Fatalf("exemption lifted: %s answered", got)
+	}
+	ctl, err := OpenControl(n.pins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	st, err := ctl.State()
+	if err != nil || st.Lookups["exempt"] != 1 {
+		t.Fatalf("lookups %v (%v), want exactly one exempt", st.Lookups, err)
+	}
+	if want := []netip.Prefix{netip.MustParsePrefix("198.18.7.0/24")}; !slices.Equal(st.Exempt, want) {
+		t.Errorf("pinned exempt %v, want %v", st.Exempt, want)
+	}
+	if want := []netip.AddrPort{netip.MustParseAddrPort(targetAddr)}; !slices.Equal(st.Targets, want) {
+		t.Errorf("pinned targets %v, want %v", st.Targets, want)
+	}
 }

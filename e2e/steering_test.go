@@ -23,21 +23,23 @@ func freshConns(t *testing.T) *http.Client {
 
 func steered(r response) bool { return r.Header.Get("X-Skewgate-Route") != "" }
 
-func steer(t *testing.T, pinPath, onOff string) {
+func steer(t *testing.T, pinPath, cmd string) string {
 	t.Helper()
-	out, err := exec.Command(skewgateBin, "steer", onOff, "--pin-path="+pinPath).CombinedOutput()
+	out, err := exec.Command(skewgateBin, "steer", cmd, "--pin-path="+pinPath).CombinedOutput()
 	if err != nil {
-		t.Fatalf("skewgate steer %s: %v\n%s", onOff, err, out)
+		t.Fatalf("skewgate steer %s: %v\n%s", cmd, err, out)
 	}
+	return string(out)
 }
 
-// TestSteering runs skewgate with steering on node-b: clients of the plain
-// node URL reach skewgate; the kill switch hands new connections back to
-// the apiserver while open ones stay; a SIGKILLed agent fails open.
+// TestSteering runs skewgate with steering on node-b, finding its peers in
+// the cluster: clients of the plain node URL reach skewgate; node-a, a peer,
+// is exempt; the kill switch hands new connections back to the apiserver
+// while open ones stay; a SIGKILLed agent fails open.
 func TestSteering(t *testing.T) {
-	b := node(t, "node-b")
+	a, b := node(t, "node-a"), node(t, "node-b")
 	ctx := context.Background()
-	proc, err := plane.StartSkewgate(ctx, b.Name, skewgateBin, lab.SkewgateMode{Steering: true}, 30*time.Second)
+	proc, err := plane.StartSkewgate(ctx, b.Name, skewgateBin, lab.SkewgateMode{Steering: true, Kubeconfig: true}, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +47,10 @@ func TestSteering(t *testing.T) {
 	pin, url := lab.SkewgatePinPath(b), b.URL()+"/api/v1/namespaces"
 	fresh := freshConns(t)
 	waitFor(t, 5*time.Second, "steering on", func() bool { return steered(do(t, fresh, http.MethodGet, url, nil)) })
+	// A peer's forwarded requests must reach this node's apiserver, not a
+	// second proxy; node-a is known only from the cluster.
+	exempt := "exempt:    " + a.IP.String() + "/32"
+	waitFor(t, 3*time.Second, "node-a exempt from steering", func() bool { return strings.Contains(steer(t, pin, "status"), exempt) })
 
 	keep := client(t, plane.PKI.Admin) // keeps its connection
 	if !steered(do(t, keep, http.MethodGet, url, nil)) {

@@ -114,7 +114,7 @@ func run(ctx context.Context, o runOptions) error {
 		return err
 	}
 	defer steering.close()
-	go steering.engage(ctx, members.Ready, trust, reg, log)
+	go steering.engage(ctx, members.Ready, members.Table, trust, reg, log)
 	// After steering: connstat must see the first connections to every
 	// apiserver, which the probes open and HTTP/2 then keeps.
 	go members.Run(ctx)

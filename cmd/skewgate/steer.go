@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -79,6 +80,8 @@ func steeringStatus(w io.Writer, pinPath string) error {
 	fmt.Fprintf(w, "enabled:   %t\n", st.Enabled)
 	fmt.Fprintf(w, "lease:     %s\n", st.LeaseRemaining)
 	fmt.Fprintf(w, "listener:  cookie %d\n", st.ListenerCookie)
+	fmt.Fprintf(w, "targets:   %s\n", joinStrings(st.Targets))
+	fmt.Fprintf(w, "exempt:    %s\n", joinStrings(st.Exempt))
 	reasons := make([]string, 0, len(st.Lookups))
 	for r := range st.Lookups {
 		reasons = append(reasons, r)
@@ -89,4 +92,16 @@ func steeringStatus(w io.Writer, pinPath string) error {
 		fmt.Fprintf(w, "  %-14s %d\n", r, st.Lookups[r])
 	}
 	return nil
+}
+
+// joinStrings prints a list, or "none".
+func joinStrings[T fmt.Stringer](list []T) string {
+	if len(list) == 0 {
+		return "none"
+	}
+	out := make([]string, len(list))
+	for i, v := range list {
+		out[i] = v.String()
+	}
+	return strings.Join(out, " ")
 }

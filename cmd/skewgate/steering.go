@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/skewgate/skewgate/agent"
 	"github.com/skewgate/skewgate/forward"
+	"github.com/skewgate/skewgate/route"
 )
 
 // steerOptions are `skewgate run`'s steering flags.
@@ -105,7 +107,7 @@ func (o *steerOptions) listen(addr, local string, peers []string, reg prometheus
 // engage installs steering once ready passes: a proxy that does not yet
 // know what every server serves would answer false 404s, so it gets no
 // connections until it does. Each lease renewal checks ready again.
-func (s *steering) engage(ctx context.Context, ready func() error, trust forward.Trust, reg prometheus.Registerer, log *slog.Logger) {
+func (s *steering) engage(ctx context.Context, ready func() error, table func() *route.Table, trust forward.Trust, reg prometheus.Registerer, log *slog.Logger) {
 	if !s.opts.enabled {
 		return
 	}
@@ -143,6 +145,53 @@ func (s *steering) engage(ctx context.Context, ready func() error, trust forward
 		return
 	}
 	log.Info("steering installed", "target", s.target.String(), "pins", s.opts.pinPath)
+	go s.followPeers(ctx, st, table, log)
+}
+
+// followPeers keeps every member's address exempt from steering, peers
+// found in the cluster included: their forwarded requests must reach this
+// node's apiserver, not a second proxy.
+func (s *steering) followPeers(ctx context.Context, st *agent.Steering, table func() *route.Table, log *slog.Logger) {
+	var last []netip.Prefix
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		want := exemptFor(s.exempt, table())
+		if !slices.Equal(want, last) {
+			if err := st.SetExempt(want); err != nil {
+				log.Error("steering: exempt peers", "err", err)
+			} else {
+				last = want
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// exemptFor is static plus the address of every peer in t, sorted.
+func exemptFor(static []netip.Prefix, t *route.Table) []netip.Prefix {
+	set := map[netip.Prefix]bool{}
+	for _, p := range static {
+		set[p] = true
+	}
+	if t != nil {
+		for _, p := range t.Peers {
+			if ap, err := netip.ParseAddrPort(p.ID); err == nil {
+				a := ap.Addr().Unmap()
+				set[netip.PrefixFrom(a, a.BitLen())] = true
+			}
+		}
+	}
+	out := make([]netip.Prefix, 0, len(set))
+	for p := range set {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	return out
 }
 
 // targets resolves the steered address and the exempt sources: every peer,
