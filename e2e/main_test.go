@@ -16,6 +16,8 @@ var (
 	plane *lab.Plane
 	// skewgateBin is the skewgate binary built for this run.
 	skewgateBin string
+	// skewgateA is the skewgate in front of node-a that via reaches.
+	skewgateA lab.Proc
 )
 
 func TestMain(m *testing.M) {
@@ -29,6 +31,7 @@ func TestMain(m *testing.M) {
 func startSkewgate(ctx context.Context, env *labtest.Env) error {
 	plane, skewgateBin = env.Plane, env.Skewgate
 	a, _ := plane.Node("node-a")
-	_, err := plane.StartSkewgate(ctx, a.Name, skewgateBin, lab.SkewgateMode{Kubeconfig: true}, 30*time.Second)
+	var err error
+	skewgateA, err = plane.StartSkewgate(ctx, a.Name, skewgateBin, lab.SkewgateMode{Kubeconfig: true}, 30*time.Second)
 	return err
 }

@@ -23,6 +23,36 @@ func TestZPeerDown(t *testing.T) {
 	t.Run("crash", func(t *testing.T) {
 		peerDown(t, func() error { return plane.KillNode("node-b") }, false)
 	})
+	t.Run("skewgate restarts while node-b is down", restartWhilePeerDown)
+}
+
+// restartWhilePeerDown starts node-a's skewgate afresh (with --peers) while
+// node-b is dead: it has never read node-b's discovery, so it cannot tell
+// whether node-b serves workloads, and must say 503, not 404, until it can.
+func restartWhilePeerDown(t *testing.T) {
+	c, sg := client(t, plane.PKI.Admin), via(t)
+	if err := plane.KillNode("node-b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := skewgateA.Stop(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	skewgateA, err = plane.StartSkewgate(context.Background(), "node-a", skewgateBin, lab.SkewgateMode{}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := do(t, c, http.MethodGet, sg+workloadsPath, nil)
+	assertUnavailableStatus(t, r)
+	t.Logf("fresh skewgate, node-b never seen: %d %s", r.Code, trim(r.Body))
+	if r := do(t, c, http.MethodGet, sg+"/api/v1/namespaces", nil); r.Code != http.StatusOK {
+		t.Errorf("core request = %d", r.Code)
+	}
+	if err := plane.StartNode(context.Background(), "node-b", 60*time.Second); err != nil {
+		t.Fatalf("restart node-b: %v", err)
+	}
+	r = pollUntil(t, c, sg+workloadsPath, http.StatusOK, 15*time.Second)
+	routed(t, "workloads once node-b is known", r, http.StatusOK, "peer", node(t, "node-b").IP.String()+":6443")
 }
 
 func peerDown(t *testing.T, takeDown func() error, departs bool) {

@@ -94,7 +94,7 @@ func New(cfg Config) (*Members, error) {
 
 func (m *Members) add(u *url.URL, local bool) *server {
 	b := forward.NewBackend(ID(u), u, m.cfg.Trust)
-	s := &server{backend: b, client: m.client(b), local: local, passes: passThreshold - 1}
+	s := &server{backend: b, client: m.client(b), local: local, passes: passThreshold - 1, joined: time.Now()}
 	m.servers[s.backend.ID] = s
 	m.kicks[s.backend.ID] = make(chan struct{}, 1)
 	return s

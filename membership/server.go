@@ -27,6 +27,7 @@ type server struct {
 	backend *forward.Backend
 	client  *http.Client // skewgate's own requests, as Identity
 	local   bool
+	joined  time.Time
 
 	mu        sync.Mutex
 	healthy   bool
@@ -95,13 +96,16 @@ type Status struct {
 	LastError string        `json:"lastError,omitempty"`
 	LastProbe time.Time     `json:"lastProbe"`
 	Departed  *time.Time    `json:"departed,omitempty"`
+	// Joined is when the server became a member (skewgate's start for
+	// --peers).
+	Joined time.Time `json:"joined"`
 }
 
 func (s *server) status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Status{ID: s.backend.ID, URL: s.backend.URL.String(), Local: s.local, Healthy: s.healthy,
-		Latency: s.latency, LastProbe: s.lastProbe}
+		Latency: s.latency, LastProbe: s.lastProbe, Joined: s.joined}
 	if s.lastErr != nil {
 		st.LastError = s.lastErr.Error()
 	}

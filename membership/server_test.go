@@ -86,3 +86,32 @@ func TestRefreshSoonIsRateLimited(t *testing.T) {
 		t.Fatal("a second refresh within the interval")
 	}
 }
+
+// TestUnknownPeerWithinGrace: a member whose discovery was never read may
+// serve anything for DepartGrace after it joined; a departed one is not
+// "unknown", and past the grace the mark goes.
+func TestUnknownPeerWithinGrace(t *testing.T) {
+	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
+	m, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u("10.0.0.2:6443"), u("10.0.0.3:6443")}, DepartGrace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetPeers([]*url.URL{u("10.0.0.2:6443")}) // 10.0.0.3 departs
+	unknown := func() map[string]bool {
+		out := map[string]bool{}
+		for _, p := range m.Table().Peers {
+			out[p.ID] = p.Unknown
+		}
+		return out
+	}
+	if got := unknown(); !got["10.0.0.2:6443"] || got["10.0.0.3:6443"] {
+		t.Fatalf("just joined: unknown = %v, want only the member 10.0.0.2", got)
+	}
+	m.mu.Lock()
+	m.servers["10.0.0.2:6443"].joined = time.Now().Add(-2 * time.Minute)
+	m.mu.Unlock()
+	m.publish()
+	if got := unknown(); got["10.0.0.2:6443"] {
+		t.Fatalf("past the grace: unknown = %v", got)
+	}
+}

@@ -1,6 +1,8 @@
 package membership
 
 import (
+	"time"
+
 	"github.com/skewgate/skewgate/route"
 )
 
@@ -27,10 +29,15 @@ func (m *Members) publish() {
 	m.store.SetHealthy(healthy)
 	snap := m.store.Snapshot()
 	t := &route.Table{}
+	now := time.Now()
 	for id, st := range statuses {
 		rs := route.Server{ID: id, Healthy: st.Healthy, Latency: st.Latency, Departed: st.Departed != nil}
 		if c := snap.Capabilities(id); c != nil {
 			rs.Caps = c // a nil *Capabilities must stay a nil interface
+		} else {
+			// Re-evaluated at least every RefreshInterval, when the
+			// refresh loop publishes.
+			rs.Unknown = st.Departed == nil && now.Sub(st.Joined) < m.cfg.DepartGrace
 		}
 		if st.Local {
 			t.Local = rs

@@ -44,6 +44,11 @@ type Server struct {
 	// window: it is never routed to, but what it served is still
 	// "temporarily unavailable", not absent.
 	Departed bool
+	// Unknown marks a member whose discovery was never read (unreachable
+	// since skewgate started or since it joined) within the grace window:
+	// it may serve anything, so what the local server does not serve is
+	// unavailable, not absent, until it is known.
+	Unknown bool
 }
 
 // Table is the snapshot routing decides on.
@@ -101,6 +106,16 @@ func Decide(req Request, t *Table, fromPeer bool, clientKey string) Decision {
 	if len(down) > 0 {
 		return Decision{Route: Unavailable, Servers: ids(down), Rule: 5,
 			Reason: fmt.Sprintf("only unhealthy or departed peers serve %s", what)}
+	}
+	var unknown []Server
+	for _, p := range t.Peers {
+		if p.Caps == nil && p.Unknown {
+			unknown = append(unknown, p)
+		}
+	}
+	if len(unknown) > 0 {
+		return Decision{Route: Unavailable, Servers: ids(unknown), Rule: 5,
+			Reason: fmt.Sprintf("local server does not serve %s and what %d peer(s) serve is not known yet", what, len(unknown))}
 	}
 	return local(t, 6, "no server serves "+what+": the local server's 404 is genuine")
 }

@@ -123,6 +123,8 @@ func TestDecide(t *testing.T) {
 
 	departed := peer("c", true, 0, newCaps)
 	departed.Departed = true
+	unknown := peer("u", false, 0, nil)
+	unknown.Unknown = true
 	cases := []struct {
 		name     string
 		req      Request
@@ -142,7 +144,11 @@ func TestDecide(t *testing.T) {
 		{"unhealthy peer skipped", workloads, table(oldCaps, peer("b", false, 0, newCaps), peer("c", true, 0, newCaps)), false, Peer, 4, []string{"c"}},
 		{"peers down", workloads, table(oldCaps, peer("b", false, 0, newCaps)), false, Unavailable, 5, []string{"b"}},
 		{"departed within grace", workloads, table(oldCaps, departed), false, Unavailable, 5, []string{"c"}},
-		{"peer discovery unknown", workloads, table(oldCaps, peer("b", true, 0, nil)), false, Local, 6, []string{"a"}},
+		{"peer discovery unknown past the grace", workloads, table(oldCaps, peer("b", true, 0, nil)), false, Local, 6, []string{"a"}},
+		{"peer discovery not known yet", workloads, table(oldCaps, unknown), false, Unavailable, 5, []string{"u"}},
+		{"not known yet, another peer serves", workloads, table(oldCaps, unknown, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},
+		{"not known yet, a peer down serves", workloads, table(oldCaps, unknown, peer("b", false, 0, newCaps)), false, Unavailable, 5, []string{"b"}},
+		{"not known yet, local serves", pods, table(oldCaps, unknown), false, Local, 3, []string{"a"}},
 		{"nobody serves", widgets, table(oldCaps, peer("b", true, 0, newCaps)), false, Local, 6, []string{"a"}},
 		{"group discovery of peer-only group", groupOnly, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},
 		{"openapi of peer-only gv", openapi, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},
