@@ -189,13 +189,7 @@ func TestSteeringSeveredLink(t *testing.T) {
 	old.delete(t)
 	waitSevered(t, pins)
 
-	ln2 := listenIn(t, n.ns, proxyAddr)
-	serveGreeter(t, "proxy", ln2)
-	s2 := startSteering(t, n.steeringConfig(), ln2)
-	waitState(t, s2, StateSteering)
-	if got := n.dial.who(t, targetAddr); got != "proxy" {
-		t.Fatalf("after re-attach: %s answered", got)
-	}
+	n.steerToProxy(t, n.steeringConfig()) // attached afresh
 }
 
 func waitSevered(t *testing.T, pins string) {

@@ -50,6 +50,20 @@ func (n *node) steeringConfig() SteeringConfig {
 	}
 }
 
+// steerToProxy serves a "proxy" greeter, steers n's target into it with
+// cfg, and checks that a new connection reaches it.
+func (n *node) steerToProxy(t *testing.T, cfg SteeringConfig) *Steering {
+	t.Helper()
+	ln := listenIn(t, n.ns, proxyAddr)
+	serveGreeter(t, "proxy", ln)
+	s := startSteering(t, cfg, ln)
+	waitState(t, s, StateSteering)
+	if got := n.dial.who(t, targetAddr); got != "proxy" {
+		t.Fatalf("steering on: %s answered", got)
+	}
+	return s
+}
+
 func startSteering(t *testing.T, cfg SteeringConfig, ln *net.TCPListener) *Steering {
 	t.Helper()
 	s, err := StartSteering(context.Background(), cfg, ln)
@@ -315,13 +329,7 @@ func pinnedLinkID(t *testing.T, pins string) link.ID {
 // the apiserver; taken out again, it is steered.
 func TestSteeringSetExempt(t *testing.T) {
 	n := newNode(t)
-	ln := listenIn(t, n.ns, proxyAddr)
-	serveGreeter(t, "proxy", ln)
-	s := startSteering(t, n.steeringConfig(), ln)
-	waitState(t, s, StateSteering)
-	if got := n.dial.who(t, targetAddr); got != "proxy" {
-		t.Fatalf("no exemption: %s answered", got)
-	}
+	s := n.steerToProxy(t, n.steeringConfig())
 	if err := s.SetExempt([]netip.Prefix{netip.MustParsePrefix("198.18.7.0/24"), netip.PrefixFrom(nodeAddr, 32)}); err != nil {
 		t.Fatal(err)
 	}
