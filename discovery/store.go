@@ -18,6 +18,9 @@ type ServerState struct {
 	// Err is the last fetch error, nil since the last success; ErrAt is when.
 	Err   error
 	ErrAt time.Time
+	// Restored marks a Doc from an earlier run (see Store.Restore) that no
+	// fetch has confirmed yet.
+	Restored bool
 }
 
 // Store holds every server's last-known-good discovery and the merged view
@@ -69,12 +72,30 @@ func (s *Store) Record(id string, doc *Doc, err error) {
 		return
 	}
 	changed := doc != st.Doc
-	st.FetchedAt, st.Err = at, nil
+	st.FetchedAt, st.Err, st.Restored = at, nil, false
 	if changed {
 		st.Doc, st.Capabilities = doc, NewCapabilities(doc)
 	}
 	s.servers[id] = st
 	if changed && slices.Contains(s.healthy, id) {
+		s.remergeLocked()
+	}
+	s.publishLocked()
+}
+
+// Restore sets server id's doc to one an earlier run fetched at fetchedAt,
+// if it has none: the last-known-good until a fetch confirms it (the ETag
+// is kept, so an unchanged server answers 304) or replaces it.
+func (s *Store) Restore(id string, doc *Doc, fetchedAt time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.servers[id]
+	if st.Doc != nil || doc == nil {
+		return
+	}
+	st.Doc, st.Capabilities, st.FetchedAt, st.Restored = doc, NewCapabilities(doc), fetchedAt, true
+	s.servers[id] = st
+	if slices.Contains(s.healthy, id) {
 		s.remergeLocked()
 	}
 	s.publishLocked()

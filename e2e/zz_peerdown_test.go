@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,11 +26,44 @@ func TestZPeerDown(t *testing.T) {
 		peerDown(t, func() error { return plane.KillNode("node-b") }, false)
 	})
 	t.Run("skewgate restarts while node-b is down", restartWhilePeerDown)
+	t.Run("skewgate restarts after node-b left", restartAfterPeerLeft)
 }
 
-// restartWhilePeerDown starts node-a's skewgate afresh (with --peers) while
-// node-b is dead: it has never read node-b's discovery, so it cannot tell
-// whether node-b serves workloads, and must say 503, not 404, until it can.
+// restartAfterPeerLeft restarts node-a's skewgate (finding peers in the
+// cluster) after node-b shut down and removed itself from
+// default/kubernetes: nothing now names node-b but the state file the last
+// run saved, which must keep its resources at 503, not 404.
+func restartAfterPeerLeft(t *testing.T) {
+	c, sg := client(t, plane.PKI.Admin), via(t)
+	pollUntil(t, c, sg+workloadsPath, http.StatusOK, 15*time.Second)
+	if err := skewgateA.Stop(5 * time.Second); err != nil { // saves its state on the way out
+		t.Fatal(err)
+	}
+	if err := plane.StopNode("node-b"); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	skewgateA, err = plane.StartSkewgate(context.Background(), "node-a", skewgateBin, lab.SkewgateMode{Kubeconfig: true}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := do(t, c, http.MethodGet, sg+workloadsPath, nil)
+	assertUnavailableStatus(t, r)
+	if !strings.Contains(string(r.Body), "departed") {
+		t.Errorf("503 for another reason than node-b having departed: %s", trim(r.Body))
+	}
+	t.Logf("fresh skewgate, node-b known only from the state file: %d %s", r.Code, trim(r.Body))
+	if err := plane.StartNode(context.Background(), "node-b", 60*time.Second); err != nil {
+		t.Fatalf("restart node-b: %v", err)
+	}
+	r = pollUntil(t, c, sg+workloadsPath, http.StatusOK, 15*time.Second)
+	routed(t, "workloads once node-b is listed again", r, http.StatusOK, "peer", node(t, "node-b").IP.String()+":6443")
+}
+
+// restartWhilePeerDown starts node-a's skewgate afresh (with --peers and
+// no state file) while node-b is dead: it has never read node-b's
+// discovery, so it cannot tell whether node-b serves workloads, and must say
+// 503, not 404, until it can.
 func restartWhilePeerDown(t *testing.T) {
 	c, sg := client(t, plane.PKI.Admin), via(t)
 	if err := plane.KillNode("node-b"); err != nil {
@@ -37,6 +72,9 @@ func restartWhilePeerDown(t *testing.T) {
 	if err := skewgateA.Stop(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Remove(plane.SkewgateStateFile(node(t, "node-a"))); err != nil {
+		t.Fatalf("a first start has no state file: %v", err)
+	}
 	var err error
 	skewgateA, err = plane.StartSkewgate(context.Background(), "node-a", skewgateBin, lab.SkewgateMode{}, 30*time.Second)
 	if err != nil {
@@ -44,6 +82,9 @@ func restartWhilePeerDown(t *testing.T) {
 	}
 	r := do(t, c, http.MethodGet, sg+workloadsPath, nil)
 	assertUnavailableStatus(t, r)
+	if !strings.Contains(string(r.Body), "not known yet") {
+		t.Errorf("503 for another reason than node-b being unknown: %s", trim(r.Body))
+	}
 	t.Logf("fresh skewgate, node-b never seen: %d %s", r.Code, trim(r.Body))
 	if r := do(t, c, http.MethodGet, sg+"/api/v1/namespaces", nil); r.Code != http.StatusOK {
 		t.Errorf("core request = %d", r.Code)

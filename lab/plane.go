@@ -233,7 +233,7 @@ func down(dir string, keepLogs bool) error {
 // removeFiles deletes what Up wrote into dir (but the logs, if asked), and
 // dir itself if it is then empty; anything else a user put there stays.
 func removeFiles(dir string, keepLogs bool) error {
-	names := []string{"pki", "etcd", "kubeconfig", "env", "state.json"}
+	names := []string{"pki", "etcd", "kubeconfig", "env", "state.json", skewgateStateDir}
 	if !keepLogs {
 		names = append(names, "logs")
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -70,7 +71,16 @@ func (p *Plane) skewgateBaseArgs(n Node) []string {
 		"--proxy-client-key-file=" + p.PKI.FrontProxyClient.KeyFile,
 		"--peer-ca-file=" + p.PKI.CAFile,
 		fmt.Sprintf("--local-apiserver=https://127.0.0.1:%d", APIServerPort),
+		"--state-file=" + p.SkewgateStateFile(n),
 	}
+}
+
+// skewgateStateDir holds every lab skewgate's --state-file.
+const skewgateStateDir = "skewgate-state"
+
+// SkewgateStateFile is node n's skewgate --state-file.
+func (p *Plane) SkewgateStateFile(n Node) string {
+	return filepath.Join(p.Dir, skewgateStateDir, n.Name+".json")
 }
 
 // SteeringArgs are the flags that make node n's skewgate steer n's

@@ -68,6 +68,9 @@ type Members struct {
 	servers map[string]*server
 	kicks   map[string]chan struct{}
 	ctx     context.Context
+
+	saveMu sync.Mutex
+	saved  []byte // what SaveState last wrote
 }
 
 // ID names a server by its URL's host:port, as in X-Skewgate-Server.
@@ -214,7 +217,7 @@ func (m *Members) Ready() error {
 		case st.Departed != nil:
 		case st.LastProbe.IsZero():
 			return fmt.Errorf("%s not probed yet", st.ID)
-		case st.Healthy && ds.FetchedAt.IsZero() && ds.ErrAt.IsZero():
+		case st.Healthy && (ds.FetchedAt.IsZero() || ds.Restored) && ds.ErrAt.IsZero():
 			return fmt.Errorf("discovery of %s not read yet", st.ID)
 		}
 	}

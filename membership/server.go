@@ -36,6 +36,9 @@ type server struct {
 	latency   time.Duration
 	lastErr   error
 	lastProbe time.Time
+	// lastHealthy is when a probe last found it healthy (or, for a server
+	// restored from the state file, when the previous run last did).
+	lastHealthy time.Time
 	// departed is when it left membership; zero while it is a member.
 	departed time.Time
 	// stop ends its probe and refresh loops.
@@ -67,6 +70,9 @@ func (s *server) observe(rtt time.Duration, err error, at time.Time) bool {
 	s.passes++
 	if s.passes >= passThreshold || s.healthy {
 		s.healthy = true
+	}
+	if s.healthy {
+		s.lastHealthy = at
 	}
 	if s.latency == 0 {
 		s.latency = rtt

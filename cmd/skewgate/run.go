@@ -45,12 +45,14 @@ type runOptions struct {
 	kubeconfig         string
 	metricsBindAddress string
 	refreshInterval    time.Duration
+	stateFile          string
 	steer              steerOptions
 }
 
 func newRunCmd() *cobra.Command {
 	o := runOptions{bindAddress: "0.0.0.0", securePort: 16443, metricsBindAddress: "127.0.0.1:16444",
-		refreshInterval: 10 * time.Second, requestHeaderNames: []string{"front-proxy-client"}}
+		refreshInterval: 10 * time.Second, requestHeaderNames: []string{"front-proxy-client"},
+		stateFile: "/var/lib/skewgate/state.json"}
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Serve as the GVR-aware proxy in front of this node's kube-apiserver",
@@ -77,6 +79,7 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for discovering peers from the default/kubernetes EndpointSlices (point it at the local apiserver)")
 	f.StringVar(&o.metricsBindAddress, "metrics-bind-address", o.metricsBindAddress, "admin listener: /metrics, /healthz, /readyz, /debug/routes, /debug/explain")
 	f.DurationVar(&o.refreshInterval, "discovery-refresh-interval", o.refreshInterval, "how often every server's discovery is re-read (conditionally, by ETag)")
+	f.StringVar(&o.stateFile, "state-file", o.stateFile, "where every peer's last-known discovery is kept across restarts, so a peer that is down when skewgate starts answers 503, not 404 (empty: nothing kept)")
 	o.steer.addFlags(f)
 	return cmd
 }
@@ -98,6 +101,9 @@ func run(ctx context.Context, o runOptions) error {
 	}
 	if err := checkReachable(ctx, local, forward.NewBackend("check", local, trust)); err != nil {
 		return err
+	}
+	if o.stateFile != "" {
+		restoreState(ctx, members, o.stateFile, log)
 	}
 
 	reg := prometheus.NewRegistry()
@@ -132,7 +138,47 @@ func run(ctx context.Context, o runOptions) error {
 	}
 	defer adminSrv.Close()
 	log.Info("serving", "address", ln.Addr().String(), "local", local.String(), "peers", len(peers), "admin", o.metricsBindAddress)
-	return proxy.Serve(ctx, ln, handler, proxy.TLS{Serving: certs.serving, ClientCAs: certs.allClientCAs})
+	err = proxy.Serve(ctx, ln, handler, proxy.TLS{Serving: certs.serving, ClientCAs: certs.allClientCAs})
+	if o.stateFile != "" {
+		if serr := members.SaveState(o.stateFile); serr != nil {
+			log.Warn("state not saved", "err", serr)
+		}
+	}
+	return err
+}
+
+// restoreState reads the previous run's peers and keeps saving this run's
+// every 10 s (only when changed). A state file that cannot be read or
+// written costs only the restart protection: a warning, never a failure.
+func restoreState(ctx context.Context, m *membership.Members, path string, log *slog.Logger) {
+	if n, err := m.Restore(path); err != nil {
+		log.Warn("state file not restored", "err", err)
+	} else if n > 0 {
+		log.Info("restored peers from the state file", "peers", n, "file", path)
+	}
+	go func() {
+		var lastErr string
+		tick := time.NewTicker(10 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			err := m.SaveState(path)
+			switch {
+			case err != nil && err.Error() != lastErr:
+				log.Warn("state not saved", "err", err)
+			case err == nil && lastErr != "":
+				log.Info("state saved again", "file", path)
+			}
+			lastErr = ""
+			if err != nil {
+				lastErr = err.Error()
+			}
+		}
+	}()
 }
 
 // certs are the reloadable certificate sources.
