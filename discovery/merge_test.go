@@ -190,3 +190,21 @@ func checkComplete(t *testing.T, m *Merged, docs map[string]*Doc) {
 		}
 	}
 }
+
+func TestLegacyGroup(t *testing.T) {
+	m := Merge(map[string]*Doc{"a": oldDoc(), "b": newDoc()}, []string{"a", "b"})
+	g, ok := m.LegacyGroup("scheduling.k8s.io")
+	var versions []string
+	for _, v := range g.Versions {
+		versions = append(versions, v.Version)
+	}
+	if !ok || !slices.Equal(versions, []string{"v1", "v1alpha2"}) || g.PreferredVersion.Version != "v1" {
+		t.Errorf("merged scheduling.k8s.io: %v versions %v preferred %q", ok, versions, g.PreferredVersion.Version)
+	}
+	if _, ok := m.LegacyGroup("metrics.k8s.io"); ok {
+		t.Error("a group with only Stale versions is not in the legacy view")
+	}
+	if _, ok := m.LegacyGroup("nope.example.com"); ok {
+		t.Error("an unknown group was found")
+	}
+}

@@ -85,6 +85,23 @@ func (m *Merged) APIs() apidiscoveryv2.APIGroupDiscoveryList { return m.apis.lis
 // LegacyGroupList returns the merged view as an unaggregated APIGroupList.
 func (m *Merged) LegacyGroupList() metav1.APIGroupList { return m.legacy }
 
+// LegacyGroup returns the merged view's unaggregated /apis/<name> group.
+func (m *Merged) LegacyGroup(name string) (metav1.APIGroup, bool) {
+	for _, g := range m.legacy.Groups {
+		if g.Name == name {
+			return g, true
+		}
+	}
+	return metav1.APIGroup{}, false
+}
+
+// ServeLegacyGroup answers an unaggregated /apis/<g> request with g,
+// negotiated like the apiserver's.
+func ServeLegacyGroup(w http.ResponseWriter, r *http.Request, g metav1.APIGroup) {
+	responsewriters.WriteObjectNegotiated(codecs, negotiation.DefaultEndpointRestrictions,
+		schema.GroupVersion{}, w, r, http.StatusOK, &g, false)
+}
+
 // ServeHTTP answers an aggregated discovery request for /api or /apis (by
 // r.URL.Path; other paths get 404) with the merged view, negotiated by the
 // apiserver's own code: apidiscovery.k8s.io/v2 as JSON, YAML or protobuf,

@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +100,27 @@ func TestUpgradeCarriesIdentity(t *testing.T) {
 func restConfig(t *testing.T, host string) *rest.Config {
 	return &rest.Config{Host: host, TLSClientConfig: rest.TLSClientConfig{
 		CAFile: plane.PKI.CAFile, CertFile: plane.PKI.Admin.CertFile, KeyFile: plane.PKI.Admin.KeyFile}}
+}
+
+// TestLegacyGroupMerged: unaggregated /apis/scheduling.k8s.io lists
+// node-b's v1alpha2 beside node-a's v1, keeping node-a's preferred version;
+// a group both serve alike still comes from node-a.
+func TestLegacyGroupMerged(t *testing.T) {
+	admin := client(t, plane.PKI.Admin)
+	r := do(t, admin, http.MethodGet, via(t)+"/apis/scheduling.k8s.io", nil)
+	routed(t, "legacy /apis/scheduling.k8s.io", r, http.StatusOK, "merged", "skewgate")
+	var g metav1.APIGroup
+	if err := json.Unmarshal(r.Body, &g); err != nil {
+		t.Fatalf("%v: %s", err, trim(r.Body))
+	}
+	var versions []string
+	for _, v := range g.Versions {
+		versions = append(versions, v.GroupVersion)
+	}
+	if g.Kind != "APIGroup" || !slices.Contains(versions, "scheduling.k8s.io/v1") || !slices.Contains(versions, "scheduling.k8s.io/v1alpha2") || g.PreferredVersion.Version != "v1" {
+		t.Errorf("merged group: kind %q versions %v preferred %q", g.Kind, versions, g.PreferredVersion.Version)
+	}
+	routed(t, "legacy /apis/apps", do(t, admin, http.MethodGet, via(t)+"/apis/apps", nil), http.StatusOK, "local", "127.0.0.1:6443")
 }
 
 func TestClientGoDiscoverySeesPeerGroup(t *testing.T) {
@@ -228,7 +251,7 @@ func TestAnonymousStaysAnonymous(t *testing.T) {
 	for _, req := range []struct {
 		path string
 		hdr  []string
-	}{{"/readyz", nil}, {"/version", nil}, {"/api/v1/namespaces", nil}, {"/apis", aggregated}, {"/apis", nil}, {"/openapi/v3", nil}} {
+	}{{"/readyz", nil}, {"/version", nil}, {"/api/v1/namespaces", nil}, {"/apis", aggregated}, {"/apis", nil}, {"/apis/scheduling.k8s.io", nil}, {"/openapi/v3", nil}} {
 		direct := do(t, anon, http.MethodGet, a+req.path, nil, req.hdr...)
 		through := do(t, anon, http.MethodGet, via(t)+req.path, nil, req.hdr...)
 		if direct.Code != through.Code {

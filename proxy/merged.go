@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/forward"
 	"github.com/skewgate/skewgate/route"
@@ -18,20 +20,26 @@ const (
 	notMerged mergedKind = iota
 	aggregatedDiscovery
 	legacyGroupList
+	legacyGroup
 	openAPIRoot
 )
 
 // wantsMerged picks the requests skewgate answers with a merged document:
 // /api and /apis asking for aggregated discovery v2 without profile=nopeer
 // (which passes to the local server, as on kube-apiserver 1.36), a legacy
-// /apis, and the /openapi/v3 root.
-func wantsMerged(r *http.Request, req route.Request) mergedKind {
+// /apis, a legacy /apis/<g> of a group the local server serves but peers
+// serve more versions of, and the /openapi/v3 root.
+func wantsMerged(r *http.Request, req route.Request, local route.Capabilities, merged *discovery.Merged) mergedKind {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return notMerged
 	}
 	switch req.Kind {
 	case route.OpenAPIRoot:
 		return openAPIRoot
+	case route.DiscoveryGroup:
+		if req.GV.Version == "" && req.GV.Group != "" && addsVersions(req.GV.Group, local, merged) {
+			return legacyGroup
+		}
 	case route.DiscoveryRoot:
 		aggregated, nopeer := discovery.WantsAggregated(r)
 		switch {
@@ -45,12 +53,32 @@ func wantsMerged(r *http.Request, req route.Request) mergedKind {
 	return notMerged // legacy /api (APIVersions) is the same everywhere: local
 }
 
+// addsVersions reports whether the merged view lists a version of group the
+// local server does not serve, while the local server serves the group (a
+// peer-only group is routed to a peer instead, by rule 4).
+func addsVersions(group string, local route.Capabilities, merged *discovery.Merged) bool {
+	if local == nil || !local.ServesGroup(group) {
+		return false
+	}
+	g, ok := merged.LegacyGroup(group)
+	if !ok {
+		return false
+	}
+	for _, v := range g.Versions {
+		if !local.ServesGroupVersion(schema.GroupVersion{Group: group, Version: v.Version}) {
+			return true
+		}
+	}
+	return false
+}
+
 // serveMerged answers a merged document, if r asks for one and the local
 // apiserver lets the caller read the original: skewgate's own documents
 // must not reach callers the apiserver would refuse. It reports whether it
 // answered.
 func (h *Handler) serveMerged(w http.ResponseWriter, r *http.Request, x *exchange) bool {
-	kind := wantsMerged(r, x.req)
+	merged := h.members.Discovery().Merged
+	kind := wantsMerged(r, x.req, h.members.Table().Local.Caps, merged)
 	if kind == notMerged || !h.localAllows(w, r, x) {
 		return kind != notMerged
 	}
@@ -59,12 +87,14 @@ func (h *Handler) serveMerged(w http.ResponseWriter, r *http.Request, x *exchang
 	w.Header().Set(forward.HeaderServer, "skewgate")
 	w.Header().Set(forward.HeaderAuditID, r.Header.Get(forward.HeaderAuditID))
 	w, rec := record(w)
-	merged := h.members.Discovery().Merged
 	switch kind {
 	case aggregatedDiscovery:
 		merged.ServeHTTP(w, r)
 	case legacyGroupList:
 		merged.ServeLegacyAPIs(w, r)
+	case legacyGroup:
+		g, _ := merged.LegacyGroup(x.req.GV.Group)
+		discovery.ServeLegacyGroup(w, r, g)
 	case openAPIRoot:
 		h.serveOpenAPIRoot(w, r)
 	}
