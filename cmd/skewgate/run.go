@@ -115,7 +115,7 @@ func run(ctx context.Context, o runOptions) error {
 	for _, p := range peers {
 		peerHosts = append(peerHosts, p.Hostname())
 	}
-	ln, steering, err := o.steer.listen(addr, local.Hostname(), peerHosts, reg)
+	ln, steering, err := o.steer.listen(addr, local.Host, peerHosts, reg)
 	if err != nil {
 		return err
 	}

@@ -196,11 +196,13 @@ func exemptFor(static []netip.Prefix, t *route.Table) []netip.Prefix {
 
 // targets resolves the steered address and the exempt sources: every peer,
 // so a peer's forwarded request reaches this node's apiserver, never a
-// second proxy.
+// second proxy. local is the local apiserver's host:port, which must not be
+// steered: skewgate's own requests to it would come back to skewgate.
 func (s *steerOptions) targets(local string, peers []string) (netip.AddrPort, []netip.Prefix, error) {
+	localHost, _, _ := net.SplitHostPort(local)
 	addr := s.address
 	if addr == "" {
-		ip, err := nodeIP(local)
+		ip, err := nodeIP(localHost)
 		if err != nil {
 			return netip.AddrPort{}, nil, fmt.Errorf("--steer-address not set and %w", err)
 		}
@@ -209,6 +211,10 @@ func (s *steerOptions) targets(local string, peers []string) (netip.AddrPort, []
 	target, err := netip.ParseAddrPort(addr)
 	if err != nil {
 		return target, nil, fmt.Errorf("--steer-address %q: want ip:port", addr)
+	}
+	if l, err := netip.ParseAddrPort(local); err == nil && l.Addr().Unmap() == target.Addr().Unmap() && l.Port() == target.Port() {
+		return target, nil, fmt.Errorf("--local-apiserver %s is the steered address: skewgate would forward to itself; "+
+			"reach the local apiserver on an address that is not steered (https://127.0.0.1:%d) or steer another (--steer-address)", local, target.Port())
 	}
 	var exempt []netip.Prefix
 	for _, p := range peers {
@@ -219,9 +225,10 @@ func (s *steerOptions) targets(local string, peers []string) (netip.AddrPort, []
 	return target, exempt, nil
 }
 
-// nodeIP is the address to steer by default: the local apiserver's, when
-// skewgate reaches it on the node IP, or else the one global unicast
-// address of this network namespace.
+// nodeIP is the address to steer by default: the local apiserver's host,
+// when it is an address other than loopback (then on another port than
+// 6443, or targets refuses it), or else the one global unicast address of
+// this network namespace.
 func nodeIP(local string) (netip.Addr, error) {
 	if ip, err := netip.ParseAddr(local); err == nil && !ip.IsLoopback() {
 		return ip, nil

@@ -32,3 +32,23 @@ func TestExemptFor(t *testing.T) {
 		t.Errorf("exemptFor without a table = %v, want the static set", got)
 	}
 }
+
+func TestTargetsRefuseSteeringTheLocalAPIServer(t *testing.T) {
+	for _, tc := range []struct {
+		address, local string
+		ok             bool
+	}{
+		{"10.0.0.1:6443", "127.0.0.1:6443", true},
+		{"10.0.0.1:6443", "10.0.0.1:6443", false},
+		{"", "10.0.0.1:6443", false}, // the default would be the local apiserver itself
+		{"10.0.0.1:6443", "10.0.0.1:16443", true},
+		{"[fd00::1]:6443", "[fd00::1]:6443", false},
+		{"10.0.0.1:6443", "apiserver.local:6443", true}, // a name is not an address that could be steered
+	} {
+		o := steerOptions{address: tc.address}
+		_, _, err := o.targets(tc.local, nil)
+		if (err == nil) != tc.ok {
+			t.Errorf("steer %q, local %s: err %v, want ok=%v", tc.address, tc.local, err, tc.ok)
+		}
+	}
+}
