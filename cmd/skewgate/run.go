@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
@@ -92,6 +93,9 @@ func run(ctx context.Context, o runOptions) error {
 	}
 	local, peers, err := parseServers(o.localAPIServer, o.peers)
 	if err != nil {
+		return err
+	}
+	if peers, err = withoutSelf(peers, log); err != nil {
 		return err
 	}
 	trust := forward.Trust{PeerCA: certs.peerCA, ClientCert: certs.proxyClient}
@@ -234,6 +238,25 @@ func loadCerts(ctx context.Context, o runOptions) (*certs, error) {
 		go r.Run(ctx, 1)
 	}
 	return c, nil
+}
+
+// withoutSelf drops the --peers entries that are addresses of this node:
+// the same --peers list on every node is common, and this node's apiserver
+// is the local one, not a peer (nor a source to exempt from steering).
+func withoutSelf(peers []*url.URL, log *slog.Logger) ([]*url.URL, error) {
+	self, err := membership.LocalAddrs()
+	if err != nil {
+		return nil, err
+	}
+	out := peers[:0:0]
+	for _, p := range peers {
+		if ip, err := netip.ParseAddr(p.Hostname()); err == nil && self(ip) {
+			log.Info("--peers names this node: left out", "peer", p.String())
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 func parseServers(local string, peers []string) (*url.URL, []*url.URL, error) {

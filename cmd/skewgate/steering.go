@@ -156,7 +156,7 @@ func (s *steering) followPeers(ctx context.Context, st *agent.Steering, table fu
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		want := exemptFor(s.exempt, table())
+		want := exemptFor(s.exempt, table(), s.target.Addr())
 		if !slices.Equal(want, last) {
 			if err := st.SetExempt(want); err != nil {
 				log.Error("steering: exempt peers", "err", err)
@@ -172,8 +172,10 @@ func (s *steering) followPeers(ctx context.Context, st *agent.Steering, table fu
 	}
 }
 
-// exemptFor is static plus the address of every peer in t, sorted.
-func exemptFor(static []netip.Prefix, t *route.Table) []netip.Prefix {
+// exemptFor is static plus the address of every peer in t, sorted, but
+// never the steered address: clients on this node connect from it, and
+// exempting it would let them bypass skewgate.
+func exemptFor(static []netip.Prefix, t *route.Table, steered netip.Addr) []netip.Prefix {
 	set := map[netip.Prefix]bool{}
 	for _, p := range static {
 		set[p] = true
@@ -188,7 +190,9 @@ func exemptFor(static []netip.Prefix, t *route.Table) []netip.Prefix {
 	}
 	out := make([]netip.Prefix, 0, len(set))
 	for p := range set {
-		out = append(out, p)
+		if !p.Contains(steered.Unmap()) {
+			out = append(out, p)
+		}
 	}
 	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	return out
@@ -222,7 +226,7 @@ func (s *steerOptions) targets(local string, peers []string) (netip.AddrPort, []
 			exempt = append(exempt, netip.PrefixFrom(a, a.BitLen()))
 		}
 	}
-	return target, exempt, nil
+	return target, exemptFor(exempt, nil, target.Addr()), nil
 }
 
 // nodeIP is the address to steer by default: the local apiserver's host,

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"log/slog"
 	"net/netip"
+	"net/url"
 	"slices"
 	"testing"
 
@@ -19,7 +21,7 @@ func TestExemptFor(t *testing.T) {
 			{ID: "apiserver.example:6443"},         // not an address: cannot be exempted by source
 		},
 	}
-	got := exemptFor(static, table)
+	got := exemptFor(static, table, netip.MustParseAddr("198.18.0.1"))
 	want := []netip.Prefix{
 		netip.MustParsePrefix("198.18.0.2/32"),
 		netip.MustParsePrefix("198.18.0.3/32"),
@@ -28,8 +30,12 @@ func TestExemptFor(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("exemptFor = %v, want %v", got, want)
 	}
-	if got := exemptFor(static, nil); !slices.Equal(got, static) {
+	if got := exemptFor(static, nil, netip.MustParseAddr("198.18.0.1")); !slices.Equal(got, static) {
 		t.Errorf("exemptFor without a table = %v, want the static set", got)
+	}
+	wide := []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}
+	if got := exemptFor(wide, nil, netip.MustParseAddr("198.18.0.1")); len(got) != 0 {
+		t.Errorf("a prefix covering the steered address is exempt: %v", got)
 	}
 }
 
@@ -50,5 +56,24 @@ func TestTargetsRefuseSteeringTheLocalAPIServer(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("steer %q, local %s: err %v, want ok=%v", tc.address, tc.local, err, tc.ok)
 		}
+	}
+}
+
+func TestWithoutSelf(t *testing.T) {
+	var peers []*url.URL
+	for _, s := range []string{"https://127.0.0.1:6443", "https://198.51.100.7:6443", "https://apiserver.example:6443"} {
+		u, _ := url.Parse(s)
+		peers = append(peers, u)
+	}
+	got, err := withoutSelf(peers, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hosts []string
+	for _, u := range got {
+		hosts = append(hosts, u.Host)
+	}
+	if want := []string{"198.51.100.7:6443", "apiserver.example:6443"}; !slices.Equal(hosts, want) {
+		t.Errorf("withoutSelf = %v, want %v (this node's loopback left out)", hosts, want)
 	}
 }
