@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,11 +34,12 @@ func steer(t *testing.T, pinPath, cmd string) string {
 }
 
 // TestSteering runs skewgate with steering on node-b, finding its peers in
-// the cluster: clients of the plain node URL reach skewgate; node-a, a peer,
-// is exempt; the kill switch hands new connections back to the apiserver
+// the cluster: clients of the plain node URL reach skewgate; a request
+// node-a's skewgate forwards is steered too and answered locally by
+// node-b's; the kill switch hands new connections back to the apiserver
 // while open ones stay; a SIGKILLed agent fails open.
 func TestSteering(t *testing.T) {
-	a, b := node(t, "node-a"), node(t, "node-b")
+	b := node(t, "node-b")
 	ctx := context.Background()
 	proc, err := plane.StartSkewgate(ctx, b.Name, skewgateBin, lab.SkewgateMode{Steering: true, Kubeconfig: true}, 30*time.Second)
 	if err != nil {
@@ -47,10 +49,10 @@ func TestSteering(t *testing.T) {
 	pin, url := lab.SkewgatePinPath(b), b.URL()+"/api/v1/namespaces"
 	fresh := freshConns(t)
 	waitFor(t, 5*time.Second, "steering on", func() bool { return steered(do(t, fresh, http.MethodGet, url, nil)) })
-	// A peer's forwarded requests must reach this node's apiserver, not a
-	// second proxy; node-a is known only from the cluster.
-	exempt := "exempt:    " + a.IP.String() + "/32"
-	waitFor(t, 3*time.Second, "node-a exempt from steering", func() bool { return strings.Contains(steer(t, pin, "status"), exempt) })
+	if st := steer(t, pin, "status"); !strings.Contains(st, "exempt:    none") {
+		t.Errorf("peers exempt without --steer-exempt-peers:\n%s", st)
+	}
+	assertPeerHopAnsweredLocally(t, b)
 
 	keep := client(t, plane.PKI.Admin) // keeps its connection
 	if !steered(do(t, keep, http.MethodGet, url, nil)) {
@@ -90,6 +92,75 @@ func TestSteering(t *testing.T) {
 	if failures != 0 || answered != 100 {
 		t.Errorf("after SIGKILL: %d failed, %d of 100 answered by the apiserver; want 0 failed", failures, answered)
 	}
+}
+
+// TestSteeringExemptPeers: with --steer-exempt-peers, node-b's skewgate
+// exempts node-a, a peer it knows only from the cluster, and node-a's
+// forwarded requests reach node-b's apiserver without a second proxy.
+func TestSteeringExemptPeers(t *testing.T) {
+	a, b := node(t, "node-a"), node(t, "node-b")
+	proc, err := plane.StartSkewgate(context.Background(), b.Name, skewgateBin, lab.SkewgateMode{Steering: true, Kubeconfig: true, ExemptPeers: true}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proc.Stop(5 * time.Second) })
+	pin := lab.SkewgatePinPath(b)
+	exempt := "exempt:    " + a.IP.String() + "/32"
+	waitFor(t, 5*time.Second, "node-a exempt from steering", func() bool { return strings.Contains(steer(t, pin, "status"), exempt) })
+	restartSkewgateA(t)
+	before := localWorkloadsAnswered(t, b)
+	r := do(t, client(t, plane.PKI.Admin), http.MethodGet, via(t)+workloadsPath, nil)
+	routed(t, "workloads through node-a's skewgate", r, http.StatusOK, "peer", b.IP.String()+":6443")
+	if after := localWorkloadsAnswered(t, b); after != before {
+		t.Errorf("an exempt peer's request went through node-b's skewgate (%g)", after-before)
+	}
+}
+
+// restartSkewgateA restarts node-a's skewgate, so every connection it has
+// to node-b is new and decided by node-b's steering as it is now.
+func restartSkewgateA(t *testing.T) {
+	t.Helper()
+	if err := skewgateA.Stop(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	skewgateA, err = plane.StartSkewgate(context.Background(), "node-a", skewgateBin, lab.SkewgateMode{Kubeconfig: true}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assertPeerHopAnsweredLocally restarts node-a's skewgate, so its new
+// connections to node-b are steered into node-b's skewgate: that one sees a
+// verified peer's request and answers it locally (rule 2), never proxying
+// it again.
+func assertPeerHopAnsweredLocally(t *testing.T, b lab.Node) {
+	t.Helper()
+	restartSkewgateA(t)
+	before := localWorkloadsAnswered(t, b)
+	r := do(t, client(t, plane.PKI.Admin), http.MethodGet, via(t)+workloadsPath, nil)
+	routed(t, "workloads through node-a's skewgate", r, http.StatusOK, "peer", b.IP.String()+":6443")
+	if after := localWorkloadsAnswered(t, b); after != before+1 {
+		t.Errorf("node-b's skewgate answered %g forwarded workloads lists locally, want 1", after-before)
+	}
+}
+
+// localWorkloadsAnswered reads how many workloads lists node n's skewgate
+// answered locally.
+func localWorkloadsAnswered(t *testing.T, n lab.Node) float64 {
+	t.Helper()
+	body := string(do(t, http.DefaultClient, http.MethodGet, lab.SkewgateAdminURL(n)+"/metrics", nil).Body)
+	const series = `skewgate_requests_total{code="200",group="scheduling.k8s.io",resource="workloads",route="local",verb="list",version="v1alpha2"} `
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric %q: %v", line, err)
+			}
+			return f
+		}
+	}
+	return 0
 }
 
 // assertHopCounted checks that node-b's skewgate counted client→proxy

@@ -34,6 +34,9 @@ type SkewgateMode struct {
 	// Kubeconfig makes skewgate find its peers in the cluster's
 	// default/kubernetes EndpointSlices instead of a --peers list.
 	Kubeconfig bool
+	// ExemptPeers exempts the peers' addresses from steering
+	// (--steer-exempt-peers).
+	ExemptPeers bool
 }
 
 // SkewgateArgs are `skewgate run` flags for a skewgate in front of node n:
@@ -53,6 +56,9 @@ func (p *Plane) SkewgateArgs(n Node, mode SkewgateMode) []string {
 	args := p.skewgateBaseArgs(n)
 	if mode.Steering {
 		args = append(args, SteeringArgs(n)...)
+	}
+	if mode.ExemptPeers {
+		args = append(args, "--steer-exempt-peers")
 	}
 	return append(args, membership)
 }

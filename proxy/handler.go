@@ -146,8 +146,11 @@ func (h *Handler) observe(x *exchange, code int, d time.Duration) {
 	if x.req.Kind == route.Resource {
 		group, version, resource = "unknown", "unknown", "unknown"
 		// Rules 4 and 5 name a GVR some peer lists; rule 3 one the local
-		// server lists once its discovery is known.
-		known := x.decision.Rule == 4 || x.decision.Rule == 5 || x.decision.Rule == 3 && h.members.Table().Local.Caps != nil
+		// server lists once its discovery is known; rule 2 (a peer's
+		// forwarded request) one only if the local server lists it.
+		local := h.members.Table().Local.Caps
+		known := x.decision.Rule == 4 || x.decision.Rule == 5 || x.decision.Rule == 3 && local != nil ||
+			x.decision.Rule == 2 && local != nil && local.Serves(x.req.GVR, x.req.Subresource)
 		if known {
 			group, version, resource = x.req.GVR.Group, x.req.GVR.Version, x.req.GVR.Resource
 		}

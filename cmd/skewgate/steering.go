@@ -23,15 +23,20 @@ import (
 
 // steerOptions are `skewgate run`'s steering flags.
 type steerOptions struct {
-	enabled bool
-	address string
-	pinPath string
+	enabled     bool
+	address     string
+	pinPath     string
+	exempt      []string
+	exemptPeers bool
 }
 
 func (s *steerOptions) addFlags(f *pflag.FlagSet) {
 	f.BoolVar(&s.enabled, "steering", false, "steer new connections for --steer-address into the proxy with eBPF (sk_lookup), failing open")
 	f.StringVar(&s.address, "steer-address", "", "address:port whose new connections are steered (default: <node-ip>:6443, the node's only global address)")
 	f.StringVar(&s.pinPath, "pin-path", "/sys/fs/bpf/skewgate", "bpffs directory for skewgate's maps, programs and links")
+	f.StringSliceVar(&s.exempt, "steer-exempt", nil, "source addresses or CIDRs whose connections are never steered, comma-separated")
+	f.BoolVar(&s.exemptPeers, "steer-exempt-peers", false, "never steer connections from peer apiservers' addresses, so a peer's forwarded request skips this node's skewgate; "+
+		"only for peers whose addresses carry nothing else: a load balancer on a peer node would bypass skewgate too")
 }
 
 // steering is what run keeps of the kernel side.
@@ -85,6 +90,9 @@ func (o *steerOptions) listen(addr, local string, peers []string, reg prometheus
 	s := &steering{opts: o, ln: ln, reason: "disabled: --steering=false"}
 	if !o.enabled {
 		return ln, s, nil
+	}
+	if !o.exemptPeers {
+		peers = nil
 	}
 	if s.target, s.exempt, err = o.targets(local, peers); err != nil {
 		ln.Close()
@@ -145,12 +153,14 @@ func (s *steering) engage(ctx context.Context, ready func() error, table func() 
 		return
 	}
 	log.Info("steering installed", "target", s.target.String(), "pins", s.opts.pinPath)
-	go s.followPeers(ctx, st, table, log)
+	if s.opts.exemptPeers {
+		go s.followPeers(ctx, st, table, log)
+	}
 }
 
-// followPeers keeps every member's address exempt from steering, peers
-// found in the cluster included: their forwarded requests must reach this
-// node's apiserver, not a second proxy.
+// followPeers keeps every member's address exempt from steering
+// (--steer-exempt-peers), peers found in the cluster included, so their
+// forwarded requests reach this node's apiserver without a second proxy.
 func (s *steering) followPeers(ctx context.Context, st *agent.Steering, table func() *route.Table, log *slog.Logger) {
 	var last []netip.Prefix
 	tick := time.NewTicker(time.Second)
@@ -198,10 +208,17 @@ func exemptFor(static []netip.Prefix, t *route.Table, steered netip.Addr) []neti
 	return out
 }
 
-// targets resolves the steered address and the exempt sources: every peer,
-// so a peer's forwarded request reaches this node's apiserver, never a
-// second proxy. local is the local apiserver's host:port, which must not be
-// steered: skewgate's own requests to it would come back to skewgate.
+// targets resolves the steered address and the exempt sources:
+// --steer-exempt and the given peers. local is the local apiserver's
+// host:port, which must not be steered: skewgate's own requests to it would
+// come back to skewgate.
+//
+// Peers are not exempt by default. Their forwarded requests are then steered
+// into this node's skewgate, which answers them locally (rule 2: a verified
+// peer's request is never proxied again), at the cost of one local hop.
+// Exempting a peer's address would also exempt everything else that
+// connects from it, e.g. haproxy on a peer node balancing clients across
+// the apiservers, and those clients would get this node's false 404s.
 func (s *steerOptions) targets(local string, peers []string) (netip.AddrPort, []netip.Prefix, error) {
 	localHost, _, _ := net.SplitHostPort(local)
 	addr := s.address
@@ -221,12 +238,32 @@ func (s *steerOptions) targets(local string, peers []string) (netip.AddrPort, []
 			"reach the local apiserver on an address that is not steered (https://127.0.0.1:%d) or steer another (--steer-address)", local, target.Port())
 	}
 	var exempt []netip.Prefix
+	for _, e := range s.exempt {
+		p, err := parsePrefix(e)
+		if err != nil {
+			return target, nil, fmt.Errorf("--steer-exempt %q: want an address or a CIDR", e)
+		}
+		if p.Contains(target.Addr().Unmap()) {
+			return target, nil, fmt.Errorf("--steer-exempt %s covers the steered address %s: clients on this node would bypass skewgate", p, target.Addr())
+		}
+		exempt = append(exempt, p)
+	}
 	for _, p := range peers {
 		if a, err := netip.ParseAddr(p); err == nil {
 			exempt = append(exempt, netip.PrefixFrom(a, a.BitLen()))
 		}
 	}
 	return target, exemptFor(exempt, nil, target.Addr()), nil
+}
+
+// parsePrefix reads a CIDR or a single address.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	return p.Masked(), err
 }
 
 // nodeIP is the address to steer by default: the local apiserver's host,

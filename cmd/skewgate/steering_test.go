@@ -77,3 +77,32 @@ func TestWithoutSelf(t *testing.T) {
 		t.Errorf("withoutSelf = %v, want %v (this node's loopback left out)", hosts, want)
 	}
 }
+
+func TestTargetsExempt(t *testing.T) {
+	for _, tc := range []struct {
+		exempt []string
+		peers  []string
+		want   []string
+		ok     bool
+	}{
+		{nil, nil, nil, true},
+		{[]string{"198.18.9.0/24", "198.18.8.8"}, nil, []string{"198.18.8.8/32", "198.18.9.0/24"}, true},
+		{nil, []string{"198.18.0.2", "peer.example"}, []string{"198.18.0.2/32"}, true}, // --steer-exempt-peers
+		{[]string{"198.18.0.0/16"}, nil, nil, false},                                   // covers the node itself
+		{[]string{"nonsense"}, nil, nil, false},
+	} {
+		o := steerOptions{address: "198.18.0.1:6443", exempt: tc.exempt}
+		_, got, err := o.targets("127.0.0.1:6443", tc.peers)
+		if (err == nil) != tc.ok {
+			t.Errorf("exempt %v peers %v: err %v, want ok=%v", tc.exempt, tc.peers, err, tc.ok)
+			continue
+		}
+		var strs []string
+		for _, p := range got {
+			strs = append(strs, p.String())
+		}
+		if tc.ok && !slices.Equal(strs, tc.want) {
+			t.Errorf("exempt %v peers %v: %v, want %v", tc.exempt, tc.peers, strs, tc.want)
+		}
+	}
+}
