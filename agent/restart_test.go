@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -260,4 +261,49 @@ func TestSteeringDisabled(t *testing.T) {
 			t.Fatalf("%s answered with steering disabled", got)
 		}
 	})
+}
+
+// TestSteeringFrozenAgent stops the agent process (SIGSTOP): its listener
+// still sits in the SOCKMAP, but nothing accepts and nothing renews the
+// lease. Connections steered before the lease runs out hang; every one
+// started after it reaches the apiserver. SIGCONT brings steering back.
+func TestSteeringFrozenAgent(t *testing.T) {
+	n := newNode(t)
+	const lease = 2 * time.Second // runSteerChild's
+	str := startStream(t, n.ns, targetAddr, 100000)
+	proc := startChild(t, n)
+	str.waitGreet(t, "child", time.Now(), 5*time.Second)
+	if err := proc.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	t.Cleanup(func() { proc.cmd.Process.Signal(syscall.SIGCONT) })
+	str.waitGreet(t, "origin", stopped.Add(lease), 2*lease)
+	time.Sleep(time.Second)
+	if err := proc.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	str.waitGreet(t, "child", resumed, 5*time.Second)
+	str.halt()
+
+	var hung, after int
+	for _, r := range str.snapshot() {
+		switch {
+		case r.end.Before(stopped) || r.start.After(resumed):
+		case r.start.Before(stopped.Add(lease)):
+			if r.err != nil {
+				hung++ // steered into the frozen listener while the lease held
+			}
+		default:
+			after++
+			if r.err != nil || r.greet != "origin" {
+				t.Errorf("connection %s after the stop: %q, %v; want the apiserver", r.start.Sub(stopped), r.greet, r.err)
+			}
+		}
+	}
+	if after == 0 {
+		t.Fatal("no connection after the lease ran out")
+	}
+	t.Logf("frozen agent: %d connection(s) hung within the %s lease, %d after it all answered by the apiserver", hung, lease, after)
 }
