@@ -49,9 +49,12 @@ func readyz(w http.ResponseWriter, m *membership.Members) {
 // ServerView is one server in /debug/routes.
 type ServerView struct {
 	membership.Status
-	DiscoveryAge   string   `json:"discoveryAge,omitempty"`
-	DiscoveryError string   `json:"discoveryError,omitempty"`
-	GroupVersions  []string `json:"groupVersions"`
+	DiscoveryAge   string `json:"discoveryAge,omitempty"`
+	DiscoveryError string `json:"discoveryError,omitempty"`
+	// DiscoveryRestored: the discovery is the previous run's (the state
+	// file), not yet confirmed by a fetch.
+	DiscoveryRestored bool     `json:"discoveryRestored,omitempty"`
+	GroupVersions     []string `json:"groupVersions"`
 }
 
 // RouteView is one resource in the merged routing table.
@@ -86,6 +89,7 @@ func Routes(m *membership.Members, extra map[string]Extra) RoutesView {
 		if ds.Err != nil {
 			sv.DiscoveryError = ds.Err.Error()
 		}
+		sv.DiscoveryRestored = ds.Restored
 		for _, gv := range ds.Capabilities.GroupVersions() {
 			sv.GroupVersions = append(sv.GroupVersions, gv.String())
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -299,5 +300,33 @@ func TestVerifiedPeerHop(t *testing.T) {
 	routed(t, "unmarked peer request", do(t, peer, http.MethodGet, via(t)+workloadsPath, nil, as...), http.StatusOK, "peer", node(t, "node-b").IP.String()+":6443")
 	if r := do(t, peer, http.MethodGet, via(t)+"/api/v1/namespaces", nil, "X-Remote-User", "lab-user"); r.Code != http.StatusForbidden {
 		t.Errorf("peer asserting lab-user = %d, want lab-user's 403: %s", r.Code, trim(r.Body))
+	}
+}
+
+// TestOperatorCommands runs `skewgate routes` and `skewgate explain`
+// against node-a's skewgate as an operator would.
+func TestOperatorCommands(t *testing.T) {
+	adminURL := lab.SkewgateAdminURL(node(t, "node-a"))
+	b := node(t, "node-b").IP.String() + ":6443"
+	out, err := exec.Command(skewgateBin, "routes", "--admin", adminURL).CombinedOutput()
+	if err != nil {
+		t.Fatalf("skewgate routes: %v\n%s", err, out)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 2 {
+			rows[f[0]] = line
+		}
+	}
+	if !strings.Contains(rows[b], " healthy ") || !strings.Contains(rows["127.0.0.1:6443"], " healthy ") {
+		t.Errorf("servers not listed healthy:\n%s", out)
+	}
+	if !strings.Contains(rows["scheduling.k8s.io/v1alpha2/workloads"], "peer") || !strings.Contains(rows["scheduling.k8s.io/v1alpha2/workloads"], b) {
+		t.Errorf("workloads not routed to %s:\n%s", b, out)
+	}
+	t.Logf("skewgate routes:\n%s", out)
+	out, err = exec.Command(skewgateBin, "explain", "--admin", adminURL, "GET", workloadsPath).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "peer (rule 4) → "+b) {
+		t.Errorf("skewgate explain: %v\n%s", err, out)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/skewgate/skewgate/admin"
+	"github.com/skewgate/skewgate/membership"
 )
 
 const defaultAdmin = "http://127.0.0.1:16444"
@@ -40,10 +41,14 @@ func newRoutesCmd() *cobra.Command {
 
 func printRoutes(out io.Writer, v admin.RoutesView, all bool) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVER\tLOCAL\tHEALTHY\tLATENCY\tDISCOVERY AGE\tGROUP/VERSIONS\tLAST ERROR")
+	fmt.Fprintln(tw, "SERVER\tLOCAL\tSTATE\tLATENCY\tDISCOVERY AGE\tGROUP/VERSIONS\tLAST ERROR")
 	for _, s := range v.Servers {
-		fmt.Fprintf(tw, "%s\t%t\t%t\t%s\t%s\t%d\t%s\n", s.ID, s.Local, s.Healthy, s.Latency.Round(10*time.Microsecond),
-			orDash(s.DiscoveryAge), len(s.GroupVersions), orDash(s.LastError+s.DiscoveryError))
+		age := orDash(s.DiscoveryAge)
+		if s.DiscoveryRestored {
+			age += " (restored)"
+		}
+		fmt.Fprintf(tw, "%s\t%t\t%s\t%s\t%s\t%d\t%s\n", s.ID, s.Local, state(s.Status), s.Latency.Round(10*time.Microsecond),
+			age, len(s.GroupVersions), orDash(s.LastError+s.DiscoveryError))
 	}
 	tw.Flush()
 	fmt.Fprintln(out)
@@ -124,4 +129,15 @@ func getJSON(ctx context.Context, u string, v any) error {
 		return fmt.Errorf("%s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
 	}
 	return json.Unmarshal(body, v)
+}
+
+// state is a server's health for people: a departed server says since when.
+func state(st membership.Status) string {
+	switch {
+	case st.Departed != nil:
+		return "departed " + time.Since(*st.Departed).Round(time.Second).String() + " ago"
+	case st.Healthy:
+		return "healthy"
+	}
+	return "unhealthy"
 }
