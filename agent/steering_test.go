@@ -358,3 +358,30 @@ func TestSteeringSetExempt(t *testing.T) {
 		t.Errorf("pinned targets %v, want %v", st.Targets, want)
 	}
 }
+
+// TestSteeringIPv6 steers an IPv6 target into an IPv6 listener in a
+// throwaway namespace: the same program, the AF_INET6 half of its keys.
+func TestSteeringIPv6(t *testing.T) {
+	testenv.RequireRoot(t)
+	node6 := netip.MustParseAddr("fd00:5347::1")
+	target := netip.AddrPortFrom(node6, 6443)
+	ns := newTestNetNS(t, netip.PrefixFrom(node6, 128))
+	serveGreeter(t, "origin", listenIn(t, ns, "[::]:6443"))
+	ln := listenIn(t, ns, "[::1]:16443")
+	serveGreeter(t, "proxy", ln)
+	dial := newDialer(t, ns)
+	s := startSteering(t, SteeringConfig{
+		PinPath: testPinPath(t), NetNSPath: ns.path, Targets: []netip.AddrPort{target},
+		Lease: 2 * time.Second, Renew: 100 * time.Millisecond,
+	}, ln)
+	waitState(t, s, StateSteering)
+	if got := dial.who(t, target.String()); got != "proxy" {
+		t.Fatalf("IPv6 target: %s answered", got)
+	}
+	if err := s.SetExempt([]netip.Prefix{netip.PrefixFrom(node6, 128)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := dial.who(t, target.String()); got != "origin" {
+		t.Fatalf("IPv6 source exempt: %s answered", got)
+	}
+}
