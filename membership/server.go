@@ -71,7 +71,9 @@ func (s *server) observe(rtt time.Duration, err error, at time.Time) bool {
 	if s.passes >= passThreshold || s.healthy {
 		s.healthy = true
 	}
-	if s.healthy {
+	if s.healthy && s.departed.IsZero() {
+		// A departed server's answers keep it known only for its grace,
+		// across restarts too: no renewal while it is not a member.
 		s.lastHealthy = at
 	}
 	if s.latency == 0 {
