@@ -125,3 +125,14 @@ func TestRestoredDocIsNotReady(t *testing.T) {
 		t.Fatalf("not ready once confirmed: %v", err)
 	}
 }
+
+func TestDepartedProbesDoNotRenewLastHealthy(t *testing.T) {
+	s := &server{passes: passThreshold - 1}
+	first := time.Now().Add(-time.Minute)
+	s.observe(time.Millisecond, nil, first)
+	s.setDeparted(time.Now())
+	s.observe(time.Millisecond, nil, time.Now())
+	if !s.lastHealthy.Equal(first) {
+		t.Errorf("lastHealthy %v, want %v: a departed server's probes must not renew it", s.lastHealthy, first)
+	}
+}
