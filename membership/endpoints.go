@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -48,8 +49,8 @@ func (m *Members) WatchCluster(ctx context.Context, client kubernetes.Interface,
 	if err := canListIdentityLeases(ctx, client); err != nil {
 		log.Warn("apiserver identity leases not read: peers come from the EndpointSlices only", "err", err)
 	} else {
-		// Resync re-reads the cache every LeaseRenew, so a lease that stopped
-		// being renewed goes stale without an event.
+		// A resync every identityLeaseRenew re-reads the cache, so a lease
+		// that stopped being renewed goes stale without an event.
 		lf := informers.NewSharedInformerFactoryWithOptions(client, identityLeaseRenew, informers.WithNamespace(metav1.NamespaceSystem),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = identityLeaseSelector }))
 		factories = append(factories, lf)
@@ -58,7 +59,13 @@ func (m *Members) WatchCluster(ctx context.Context, client kubernetes.Interface,
 		leases = func() ([]*coordinationv1.Lease, error) { return ll.Lister().List(labels.Everything()) }
 	}
 
+	// Until every informer has synced, a partial view would depart the
+	// peers only the other source lists.
+	var synced atomic.Bool
 	sync := func() {
+		if !synced.Load() {
+			return
+		}
 		all, err := sliceLister.Lister().List(labels.Everything())
 		if err != nil {
 			return // the lister reads a local cache: it does not fail
@@ -84,12 +91,15 @@ func (m *Members) WatchCluster(ctx context.Context, client kubernetes.Interface,
 	}
 	for _, f := range factories {
 		f.Start(ctx.Done())
+	}
+	for _, f := range factories {
 		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
 			if !ok {
 				return fmt.Errorf("sync %v from the cluster: %w", typ, ctx.Err())
 			}
 		}
 	}
+	synced.Store(true)
 	sync()
 	return nil
 }
