@@ -36,7 +36,7 @@ sleep 0.3
 show "$LAB_NODE_A_URL$workloads"
 
 say "what skewgate decided, and why (skewgate explain):"
-bin/skewgate explain list "$workloads" --admin "$(echo "$LAB_NODE_A_METRICS_URL" | sed 's#/metrics##')" | sed 's/^/   /'
+bin/skewgate explain list "$workloads" --admin "$LAB_NODE_A_ADMIN_URL" | sed 's/^/   /'
 
 say "rollback: steer off again — new connections reach the apiserver directly:"
 steer off

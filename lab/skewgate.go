@@ -134,6 +134,7 @@ func (p *Plane) SkewgateEnv() map[string]string {
 		k := "LAB_" + n.EnvName() + "_"
 		e[k+"PIN_PATH"] = SkewgatePinPath(n)
 		e[k+"METRICS_URL"] = SkewgateAdminURL(n) + "/metrics"
+		e[k+"ADMIN_URL"] = SkewgateAdminURL(n)
 		e[k+"SKEWGATE_URL"] = SkewgateURL(n)
 	}
 	return e

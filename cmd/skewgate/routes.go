@@ -27,7 +27,7 @@ func newRoutesCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var v admin.RoutesView
-			if err := getJSON(cmd.Context(), adminURL+"/debug/routes", &v); err != nil {
+			if err := getJSON(cmd.Context(), adminURL, "/debug/routes", &v); err != nil {
 				return err
 			}
 			printRoutes(cmd.OutOrStdout(), v, all)
@@ -88,7 +88,7 @@ func newExplainCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var e admin.Explanation
 			q := url.Values{"verb": {args[0]}, "path": {args[1]}}
-			if err := getJSON(cmd.Context(), adminURL+"/debug/explain?"+q.Encode(), &e); err != nil {
+			if err := getJSON(cmd.Context(), adminURL, "/debug/explain?"+q.Encode(), &e); err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
@@ -109,7 +109,14 @@ func newExplainCmd() *cobra.Command {
 
 // getJSON reads an admin endpoint; a non-200 answer is an error with its
 // body, so the operator sees what the agent said.
-func getJSON(ctx context.Context, u string, v any) error {
+// getJSON reads path from the admin listener at admin, a base URL such as
+// http://127.0.0.1:16444.
+func getJSON(ctx context.Context, admin, path string, v any) error {
+	base, err := url.Parse(admin)
+	if err != nil || base.Host == "" || (base.Scheme != "http" && base.Scheme != "https") || strings.Trim(base.Path, "/") != "" {
+		return fmt.Errorf("--admin %q: want the admin listener's base URL, e.g. http://127.0.0.1:16444", admin)
+	}
+	u := strings.TrimSuffix(admin, "/") + path
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
