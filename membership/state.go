@@ -18,6 +18,10 @@ import (
 // stateVersion is the layout of the state file; another layout is ignored.
 const stateVersion = 1
 
+// stateResolution is how precisely the state file says when a peer was last
+// healthy; a restored peer's grace may end this much early.
+const stateResolution = 30 * time.Second
+
 // savedState is what a run leaves for the next: every peer seen healthy and
 // what it served. A skewgate that restarts while a peer is down (and, with
 // --kubeconfig, already gone from the EndpointSlices) knows from it that the
@@ -44,7 +48,9 @@ func (m *Members) SaveState(path string) error {
 	m.mu.Lock()
 	for id, s := range m.servers {
 		s.mu.Lock()
-		last := s.lastHealthy
+		// Coarse, so a file that says the same is not rewritten (and
+		// fsynced, on a disk etcd may share) after every probe.
+		last := s.lastHealthy.Truncate(stateResolution)
 		s.mu.Unlock()
 		ds := snap.Servers[id]
 		if s.local || last.IsZero() || ds.Doc == nil {
