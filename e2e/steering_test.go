@@ -107,7 +107,7 @@ func TestSteeringExemptPeers(t *testing.T) {
 	pin := lab.SkewgatePinPath(b)
 	exempt := "exempt:    " + a.IP.String() + "/32"
 	waitFor(t, 5*time.Second, "node-a exempt from steering", func() bool { return strings.Contains(steer(t, pin, "status"), exempt) })
-	restartSkewgateA(t)
+	restartSkewgateA(t, lab.SkewgateMode{Kubeconfig: true}, nil)
 	before := localWorkloadsAnswered(t, b)
 	r := do(t, client(t, plane.PKI.Admin), http.MethodGet, via(t)+workloadsPath, nil)
 	routed(t, "workloads through node-a's skewgate", r, http.StatusOK, "peer", b.IP.String()+":6443")
@@ -116,15 +116,19 @@ func TestSteeringExemptPeers(t *testing.T) {
 	}
 }
 
-// restartSkewgateA restarts node-a's skewgate, so every connection it has
-// to node-b is new and decided by node-b's steering as it is now.
-func restartSkewgateA(t *testing.T) {
+// restartSkewgateA stops node-a's skewgate (which saves its state on the
+// way out), runs between, and starts it again in mode. Every connection it
+// then has to node-b is new.
+func restartSkewgateA(t *testing.T, mode lab.SkewgateMode, between func()) {
 	t.Helper()
 	if err := skewgateA.Stop(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	if between != nil {
+		between()
+	}
 	var err error
-	skewgateA, err = plane.StartSkewgate(context.Background(), "node-a", skewgateBin, lab.SkewgateMode{Kubeconfig: true}, 30*time.Second)
+	skewgateA, err = plane.StartSkewgate(context.Background(), "node-a", skewgateBin, mode, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +140,7 @@ func restartSkewgateA(t *testing.T) {
 // it again.
 func assertPeerHopAnsweredLocally(t *testing.T, b lab.Node) {
 	t.Helper()
-	restartSkewgateA(t)
+	restartSkewgateA(t, lab.SkewgateMode{Kubeconfig: true}, nil)
 	before := localWorkloadsAnswered(t, b)
 	r := do(t, client(t, plane.PKI.Admin), http.MethodGet, via(t)+workloadsPath, nil)
 	routed(t, "workloads through node-a's skewgate", r, http.StatusOK, "peer", b.IP.String()+":6443")

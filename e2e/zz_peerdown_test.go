@@ -36,28 +36,13 @@ func TestZPeerDown(t *testing.T) {
 func restartAfterPeerLeft(t *testing.T) {
 	c, sg := client(t, plane.PKI.Admin), via(t)
 	pollUntil(t, c, sg+workloadsPath, http.StatusOK, 15*time.Second)
-	if err := skewgateA.Stop(5 * time.Second); err != nil { // saves its state on the way out
-		t.Fatal(err)
-	}
-	if err := plane.StopNode("node-b"); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	skewgateA, err = plane.StartSkewgate(context.Background(), "node-a", skewgateBin, lab.SkewgateMode{Kubeconfig: true}, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := do(t, c, http.MethodGet, sg+workloadsPath, nil)
-	assertUnavailableStatus(t, r)
-	if !strings.Contains(string(r.Body), "departed") {
-		t.Errorf("503 for another reason than node-b having departed: %s", trim(r.Body))
-	}
-	t.Logf("fresh skewgate, node-b known only from the state file: %d %s", r.Code, trim(r.Body))
-	if err := plane.StartNode(context.Background(), "node-b", 60*time.Second); err != nil {
-		t.Fatalf("restart node-b: %v", err)
-	}
-	r = pollUntil(t, c, sg+workloadsPath, http.StatusOK, 15*time.Second)
-	routed(t, "workloads once node-b is listed again", r, http.StatusOK, "peer", node(t, "node-b").IP.String()+":6443")
+	restartSkewgateA(t, lab.SkewgateMode{Kubeconfig: true}, func() {
+		if err := plane.StopNode("node-b"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	unavailableBecause(t, do(t, c, http.MethodGet, sg+workloadsPath, nil), "departed")
+	nodeBBack(t, c, sg)
 }
 
 // restartWhilePeerDown starts node-a's skewgate afresh (with --peers and
@@ -69,31 +54,36 @@ func restartWhilePeerDown(t *testing.T) {
 	if err := plane.KillNode("node-b"); err != nil {
 		t.Fatal(err)
 	}
-	if err := skewgateA.Stop(5 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(plane.SkewgateStateFile(node(t, "node-a"))); err != nil {
-		t.Fatalf("a first start has no state file: %v", err)
-	}
-	var err error
-	skewgateA, err = plane.StartSkewgate(context.Background(), "node-a", skewgateBin, lab.SkewgateMode{}, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := do(t, c, http.MethodGet, sg+workloadsPath, nil)
-	assertUnavailableStatus(t, r)
-	if !strings.Contains(string(r.Body), "not known yet") {
-		t.Errorf("503 for another reason than node-b being unknown: %s", trim(r.Body))
-	}
-	t.Logf("fresh skewgate, node-b never seen: %d %s", r.Code, trim(r.Body))
+	restartSkewgateA(t, lab.SkewgateMode{}, func() {
+		if err := os.Remove(plane.SkewgateStateFile(node(t, "node-a"))); err != nil {
+			t.Fatalf("a first start has no state file: %v", err)
+		}
+	})
+	unavailableBecause(t, do(t, c, http.MethodGet, sg+workloadsPath, nil), "not known yet")
 	if r := do(t, c, http.MethodGet, sg+"/api/v1/namespaces", nil); r.Code != http.StatusOK {
 		t.Errorf("core request = %d", r.Code)
 	}
+	nodeBBack(t, c, sg)
+}
+
+// unavailableBecause asserts a 503 Status whose message says why.
+func unavailableBecause(t *testing.T, r response, why string) {
+	t.Helper()
+	assertUnavailableStatus(t, r)
+	if !strings.Contains(string(r.Body), why) {
+		t.Errorf("503 for another reason than %q: %s", why, trim(r.Body))
+	}
+	t.Logf("%d %s", r.Code, trim(r.Body))
+}
+
+// nodeBBack starts node-b again and waits for its answers through skewgate.
+func nodeBBack(t *testing.T, c *http.Client, sg string) {
+	t.Helper()
 	if err := plane.StartNode(context.Background(), "node-b", 60*time.Second); err != nil {
 		t.Fatalf("restart node-b: %v", err)
 	}
-	r = pollUntil(t, c, sg+workloadsPath, http.StatusOK, 15*time.Second)
-	routed(t, "workloads once node-b is known", r, http.StatusOK, "peer", node(t, "node-b").IP.String()+":6443")
+	r := pollUntil(t, c, sg+workloadsPath, http.StatusOK, 15*time.Second)
+	routed(t, "workloads once node-b is back", r, http.StatusOK, "peer", node(t, "node-b").IP.String()+":6443")
 }
 
 func peerDown(t *testing.T, takeDown func() error, departs bool) {
