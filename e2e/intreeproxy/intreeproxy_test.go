@@ -117,3 +117,51 @@ func getJSON(t *testing.T, c *http.Client, url string, into any) {
 		t.Fatalf("GET %s: %v", url, err)
 	}
 }
+
+// TestPeerDownComparedWithInTreeProxy takes node-b away, gracefully and by
+// a crash: through skewgate, workloads answer a 503 Status (node-b is
+// unhealthy, and its lease still names it), never a 404; what node-a's own
+// in-tree proxy answers is logged for comparison.
+func TestPeerDownComparedWithInTreeProxy(t *testing.T) {
+	for name, takeDown := range map[string]func(string) error{"graceful": env.Plane.StopNode, "crash": env.Plane.KillNode} {
+		t.Run(name, func(t *testing.T) { peerDown(t, takeDown) })
+	}
+}
+
+func peerDown(t *testing.T, takeDown func(string) error) {
+	a := node(t, "node-a")
+	admin, err := env.Plane.AdminHTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := takeDown("node-b"); err != nil {
+		t.Fatal(err)
+	}
+	waitCode(t, admin, lab.SkewgateURL(a)+workloads, http.StatusServiceUnavailable, "unavailable", 3*time.Second)
+	code, hdr := get(t, admin, a.URL()+workloads)
+	t.Logf("node-b down: skewgate answers 503 Status; node-a's in-tree proxy answers %d (Content-Type %q)", code, hdr.Get("Content-Type"))
+	if err := env.Plane.StartNode(context.Background(), "node-b", 60*time.Second); err != nil {
+		t.Fatalf("restart node-b: %v", err)
+	}
+	waitCode(t, admin, lab.SkewgateURL(a)+workloads, http.StatusOK, "peer", 15*time.Second)
+}
+
+// waitCode polls url until it answers code with X-Skewgate-Route route; a
+// 404 on the way fails the test.
+func waitCode(t *testing.T, c *http.Client, url string, code int, route string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got, hdr := get(t, c, url)
+		if got == http.StatusNotFound {
+			t.Fatalf("false 404 through skewgate")
+		}
+		if got == code && hdr.Get("X-Skewgate-Route") == route {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %d route=%q, want %d %s", url, got, hdr.Get("X-Skewgate-Route"), code, route)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
