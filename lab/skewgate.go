@@ -31,8 +31,9 @@ func SkewgatePinPath(n Node) string { return "/sys/fs/bpf/skewgate-lab-" + n.Nam
 type SkewgateMode struct {
 	// Steering steers the node's IP:6443 into skewgate.
 	Steering bool
-	// Kubeconfig makes skewgate find its peers in the cluster's
-	// default/kubernetes EndpointSlices instead of a --peers list.
+	// Kubeconfig makes skewgate find its peers in the cluster (the
+	// default/kubernetes EndpointSlices and the apiserver identity leases)
+	// instead of a --peers list.
 	Kubeconfig bool
 	// ExemptPeers exempts the peers' addresses from steering
 	// (--steer-exempt-peers).

@@ -293,8 +293,6 @@ func nodeIP(local string) (netip.Addr, error) {
 // errNotProxy is a probe answered by the apiserver itself: steering lapsed.
 var errNotProxy = errors.New("steered address answered without skewgate")
 
-// probeThroughProxy checks the steered path end to end: a TLS request to
-// the target must be answered by this proxy (it sets X-Skewgate-Route).
 // probeProxy checks that a new connection to dial is answered by skewgate:
 // dial is the steered address itself, or the listener. Either way the
 // request is for the steered address, whose IP the serving certificate
