@@ -7,12 +7,19 @@ NODES     ?= node-a=v1.35.4,node-b=v1.36.3
 SKEWGATE  ?= off
 GOTEST    := $(GO) test -count=1 -timeout 40m
 
+# skewgate version: the newest v* tag, or v0.1.0-<commit>; the build date is
+# the commit's, so a build of one commit is reproducible.
+VERSION    ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo v0.1.0-$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown))
+COMMIT     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+BUILD_DATE ?= $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
+LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
+
 .PHONY: all build test lab-build lab-up lab-down demo bench fmt vet
 
 all: build
 
 build:
-	$(GO) build -o $(BIN)/skewgate ./cmd/skewgate
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/skewgate ./cmd/skewgate
 	$(GO) build -o $(BIN)/skewlab ./cmd/skewlab
 
 # The lab's kube-apiservers are built first, on their own, so their
@@ -39,7 +46,7 @@ demo: lab-build
 	./deploy/demo.sh
 
 bench: lab-build
-	$(GO) test -run '^$$' -bench . -benchtime 200x ./e2e/
+	$(GO) test -run '^$$' -bench . -benchtime 200x ./lab/e2e/
 
 fmt:
 	gofmt -l -w .

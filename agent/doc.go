@@ -1,7 +1,9 @@
 // Package agent runs skewgate's kernel side on a node. It loads, pins and
 // attaches the steer (sk_lookup) and connstat (sock_ops) programs from
 // package bpf, holds the steering lease, flips the kill switch for the
-// operator, and exports the maps as Prometheus metrics.
+// operator, and exports the maps as Prometheus metrics. Node is all of it
+// on one node; it never imports the proxy, whose readiness, peer addresses
+// and probe reach it as NodeConfig's function values.
 //
 // Everything lives under one pin path on a bpffs (default
 // /sys/fs/bpf/skewgate): the maps, the links, and a layout map recording

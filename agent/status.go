@@ -69,8 +69,26 @@ func (s *Steering) setStatus(checkErr error) {
 		st.Err = errors.New("lease lapsed")
 	}
 	s.mu.Lock()
+	prev := s.status
 	s.status = st
 	s.mu.Unlock()
+	if prev.State != st.State {
+		s.logChange(prev, st)
+	}
+}
+
+// logChange tells the operator of a change of state, once: engaged,
+// lapsed (and why), turned off by the kill switch.
+func (s *Steering) logChange(prev, st Status) {
+	log := s.cfg.Log.With("from", string(prev.State), "targets", s.cfg.Targets)
+	switch st.State {
+	case StateSteering:
+		log.Info("steering engaged", "lease", s.cfg.Lease)
+	case StateOff:
+		log.Warn("steering off by the kill switch: new connections reach the apiserver directly")
+	case StateLapsed:
+		log.Warn("steering lapsed: new connections reach the apiserver directly", "err", st.Err)
+	}
 }
 
 // counter is a monotonically increasing count read by collectors.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -54,6 +55,8 @@ type SteeringConfig struct {
 	// a proxy that has not just answered, and a path that fails only when
 	// steered flaps at most once per Retry. A nil Probe always succeeds.
 	Probe func(ctx context.Context, steered bool) error
+	// Log receives every change of steering state, once (nil: discarded).
+	Log *slog.Logger
 }
 
 func (c *SteeringConfig) setDefaults() error {
@@ -80,6 +83,9 @@ func (c *SteeringConfig) setDefaults() error {
 	}
 	if c.Probe == nil {
 		c.Probe = func(context.Context, bool) error { return nil }
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
 	}
 	return nil
 }

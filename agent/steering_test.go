@@ -14,7 +14,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/skewgate/skewgate/internal/testenv"
+	"github.com/skewgate/skewgate/lab/testenv"
 )
 
 const (

@@ -79,6 +79,7 @@ func (p *Plane) skewgateBaseArgs(n Node) []string {
 		"--peer-ca-file=" + p.PKI.CAFile,
 		fmt.Sprintf("--local-apiserver=https://127.0.0.1:%d", APIServerPort),
 		"--state-file=" + p.SkewgateStateFile(n),
+		"--profiling", // make bench reads CPU profiles
 	}
 }
 

@@ -1,6 +1,10 @@
 // Package proxy is skewgate's client-facing side: it authenticates the
 // caller, strips forged identity, classifies and routes each request, and
-// forwards it (or answers merged discovery itself).
+// forwards it (or answers merged discovery itself). It composes its rooms:
+// route (classify and decide), discovery (what each server serves, merged
+// views), membership (which servers, how healthy), forward (mTLS to a
+// server) and admin (the operator's listener). It never imports the agent;
+// the agent reaches it only through the seams cmd/skewgate wires.
 package proxy
 
 import (
@@ -14,9 +18,9 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/transport"
 
-	"github.com/skewgate/skewgate/forward"
-	"github.com/skewgate/skewgate/membership"
-	"github.com/skewgate/skewgate/route"
+	"github.com/skewgate/skewgate/proxy/forward"
+	"github.com/skewgate/skewgate/proxy/membership"
+	"github.com/skewgate/skewgate/proxy/route"
 )
 
 // Handler routes and forwards every request.

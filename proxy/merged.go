@@ -8,9 +8,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/skewgate/skewgate/discovery"
-	"github.com/skewgate/skewgate/forward"
-	"github.com/skewgate/skewgate/route"
+	"github.com/skewgate/skewgate/proxy/discovery"
+	"github.com/skewgate/skewgate/proxy/forward"
+	"github.com/skewgate/skewgate/proxy/route"
 )
 
 // mergedKind is which merged document a request asks for, if any.

@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 
-	"github.com/skewgate/skewgate/forward"
+	"github.com/skewgate/skewgate/proxy/forward"
 )
 
 // recorder remembers the status code written; responsewriter keeps the

@@ -3,7 +3,7 @@ package connstat
 import (
 	"testing"
 
-	"github.com/skewgate/skewgate/internal/testenv"
+	"github.com/skewgate/skewgate/lab/testenv"
 )
 
 // TestLoad checks that the kernel's verifier accepts connstat. sock_ops

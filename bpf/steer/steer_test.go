@@ -11,7 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/skewgate/skewgate/internal/testenv"
+	"github.com/skewgate/skewgate/lab/testenv"
 )
 
 // lookupCtx is struct bpf_sk_lookup as BPF_PROG_RUN takes it (Linux 5.19+

@@ -3,26 +3,33 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
-
-	"github.com/spf13/cobra"
 )
 
 func main() {
-	if err := newRootCmd().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "skewgate:", err)
-		os.Exit(1)
-	}
+	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func newRootCmd() *cobra.Command {
-	root := &cobra.Command{
-		Use:           "skewgate",
-		Short:         "Route kube-apiserver requests to a peer that serves them during version skew",
-		SilenceUsage:  true,
-		SilenceErrors: true,
+// execute runs one command line and returns the exit status: 0 done, 1 the
+// command failed, 2 the command line is wrong (an unknown subcommand, a
+// missing or invalid flag): scripts tell a typo from a failure.
+func execute(args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return 0
 	}
-	root.AddCommand(subcommands()...)
-	return root
+	fmt.Fprintln(stderr, "skewgate:", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", ue.cmd)
+		return 2
+	}
+	return 1
 }

@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/skewgate/skewgate/admin"
-	"github.com/skewgate/skewgate/membership"
+	"github.com/skewgate/skewgate/proxy/admin"
+	"github.com/skewgate/skewgate/proxy/membership"
 )
 
 const defaultAdmin = "http://127.0.0.1:16444"

@@ -2,355 +2,171 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
-	"k8s.io/apiserver/pkg/server/dynamiccertificates"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	"golang.org/x/term"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 
-	"github.com/skewgate/skewgate/admin"
-	"github.com/skewgate/skewgate/forward"
-	"github.com/skewgate/skewgate/membership"
+	"github.com/skewgate/skewgate/agent"
 	"github.com/skewgate/skewgate/proxy"
+	"github.com/skewgate/skewgate/proxy/admin"
 )
 
 // runOptions are `skewgate run`'s flags, named like kube-apiserver's.
 type runOptions struct {
-	bindAddress        string
-	securePort         int
-	tlsCertFile        string
-	tlsKeyFile         string
-	clientCAFile       string
-	requestHeaderCA    string
-	requestHeaderNames []string
-	proxyClientCert    string
-	proxyClientKey     string
-	peerCAFile         string
-	localAPIServer     string
-	peers              []string
-	kubeconfig         string
-	metricsBindAddress string
-	refreshInterval    time.Duration
-	stateFile          string
-	steer              steerOptions
+	bindAddress string
+	securePort  int
+	proxy       proxy.Config
+	node        agent.NodeConfig
+	adminAddr   string
+	profiling   bool
+	logging     *logsapi.LoggingConfiguration
 }
 
 func newRunCmd() *cobra.Command {
-	o := runOptions{bindAddress: "0.0.0.0", securePort: 16443, metricsBindAddress: "127.0.0.1:16444",
-		refreshInterval: 10 * time.Second, requestHeaderNames: []string{"front-proxy-client"},
-		stateFile: "/var/lib/skewgate/state.json"}
+	o := &runOptions{bindAddress: "0.0.0.0", securePort: 16443, adminAddr: "127.0.0.1:16444",
+		logging: logsapi.NewLoggingConfiguration()}
+	o.proxy = proxy.Config{RefreshInterval: 10 * time.Second, RequestHeaderAllowedNames: []string{"front-proxy-client"},
+		StateFile: "/var/lib/skewgate/state.json"}
+	o.node = agent.NodeConfig{PinPath: "/sys/fs/bpf/skewgate"}
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Serve as the GVR-aware proxy in front of this node's kube-apiserver",
-		Args:  cobra.NoArgs,
+		Long: `run serves as the GVR-aware proxy in front of this node's kube-apiserver:
+a request the local server does not serve goes to a peer that does, over
+mTLS, with the caller's identity. With --steering, new connections to the
+node's apiserver address are steered into it with eBPF, failing open.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return usageError{cmd.CommandPath(), err}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return run(ctx, o)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&o.bindAddress, "bind-address", o.bindAddress, "address the proxy listens on")
-	f.IntVar(&o.securePort, "secure-port", o.securePort, "port the proxy listens on (TLS)")
-	f.StringVar(&o.tlsCertFile, "tls-cert-file", "", "serving certificate presented to clients: the apiserver's own (required)")
-	f.StringVar(&o.tlsKeyFile, "tls-private-key-file", "", "key of --tls-cert-file (required)")
-	f.StringVar(&o.clientCAFile, "client-ca-file", "", "CA bundle verifying client certificates, as kube-apiserver's (required)")
-	f.StringVar(&o.requestHeaderCA, "requestheader-client-ca-file", "", "CA bundle verifying peers' front-proxy certificates; without it no peer is trusted")
-	f.StringSliceVar(&o.requestHeaderNames, "requestheader-allowed-names", o.requestHeaderNames, "common names of trusted peers' front-proxy certificates (empty: any)")
-	f.StringVar(&o.proxyClientCert, "proxy-client-cert-file", "", "front-proxy client certificate presented to apiservers (required)")
-	f.StringVar(&o.proxyClientKey, "proxy-client-key-file", "", "key of --proxy-client-cert-file (required)")
-	f.StringVar(&o.peerCAFile, "peer-ca-file", "", "CA bundle verifying apiservers' serving certificates (required)")
-	f.StringVar(&o.localAPIServer, "local-apiserver", "", "URL of this node's kube-apiserver, on an address that is not steered (required)")
-	f.StringSliceVar(&o.peers, "peers", nil, "URLs of peer kube-apiservers, comma-separated")
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for discovering peers from the default/kubernetes EndpointSlices (point it at the local apiserver)")
-	f.StringVar(&o.metricsBindAddress, "metrics-bind-address", o.metricsBindAddress, "admin listener: /metrics, /healthz, /readyz, /debug/routes, /debug/explain")
-	f.DurationVar(&o.refreshInterval, "discovery-refresh-interval", o.refreshInterval, "how often every server's discovery is re-read (conditionally, by ETag)")
-	f.StringVar(&o.stateFile, "state-file", o.stateFile, "where every peer's last-known discovery is kept across restarts, so a peer that is down when skewgate starts answers 503, not 404 (empty: nothing kept)")
-	o.steer.addFlags(f)
+	fss := o.flags()
+	for _, fs := range fss.FlagSets {
+		cmd.Flags().AddFlagSet(fs)
+	}
+	cols, _, _ := term.GetSize(int(os.Stdout.Fd()))
+	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
 	return cmd
 }
 
-func run(ctx context.Context, o runOptions) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	certs, err := loadCerts(ctx, o)
-	if err != nil {
-		return err
-	}
-	local, peers, err := parseServers(o.localAPIServer, o.peers)
-	if err != nil {
-		return err
-	}
-	if peers, err = withoutSelf(peers, log); err != nil {
-		return err
-	}
-	trust := forward.Trust{PeerCA: certs.peerCA, ClientCert: certs.proxyClient}
-	members, err := membership.New(membership.Config{Local: local, Peers: peers, RefreshInterval: o.refreshInterval, Trust: trust})
-	if err != nil {
-		return err
-	}
-	if err := checkReachable(ctx, local, forward.NewBackend("check", local, trust)); err != nil {
-		return err
-	}
-	if o.stateFile != "" {
-		restoreState(ctx, members, o.stateFile, log)
-	}
+func (o *runOptions) flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	f := fss.FlagSet("serving")
+	f.StringVar(&o.bindAddress, "bind-address", o.bindAddress, "address the proxy listens on")
+	f.IntVar(&o.securePort, "secure-port", o.securePort, "port the proxy listens on (TLS)")
+	f.StringVar(&o.proxy.Certs.TLSCert, "tls-cert-file", "", "serving certificate presented to clients: the apiserver's own (required)")
+	f.StringVar(&o.proxy.Certs.TLSKey, "tls-private-key-file", "", "key of --tls-cert-file (required)")
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), members)
-	handler := proxy.NewHandler(members, certs.clientCA, proxy.RequestHeader{CA: certs.requestHeaderCA, AllowedNames: o.requestHeaderNames}, proxy.NewMetrics(reg))
+	f = fss.FlagSet("authentication")
+	f.StringVar(&o.proxy.Certs.ClientCA, "client-ca-file", "", "CA bundle verifying client certificates, as kube-apiserver's (required)")
+	f.StringVar(&o.proxy.Certs.RequestHeaderCA, "requestheader-client-ca-file", "", "CA bundle verifying peers' front-proxy certificates; without it no peer is trusted")
+	f.StringSliceVar(&o.proxy.RequestHeaderAllowedNames, "requestheader-allowed-names", o.proxy.RequestHeaderAllowedNames, "common names of trusted peers' front-proxy certificates (empty: any)")
+	f.StringVar(&o.proxy.Certs.ProxyClientCert, "proxy-client-cert-file", "", "front-proxy client certificate presented to apiservers (required)")
+	f.StringVar(&o.proxy.Certs.ProxyClientKey, "proxy-client-key-file", "", "key of --proxy-client-cert-file (required)")
 
-	addr := net.JoinHostPort(o.bindAddress, strconv.Itoa(o.securePort))
-	var peerHosts []string
-	for _, p := range peers {
-		peerHosts = append(peerHosts, p.Hostname())
+	f = fss.FlagSet("peers")
+	f.StringVar(&o.proxy.Certs.PeerCA, "peer-ca-file", "", "CA bundle verifying apiservers' serving certificates (required)")
+	f.StringVar(&o.proxy.LocalAPIServer, "local-apiserver", "", "URL of this node's kube-apiserver, on an address that is not steered (required)")
+	f.StringSliceVar(&o.proxy.Peers, "peers", nil, "URLs of peer kube-apiservers, comma-separated")
+	f.StringVar(&o.proxy.Kubeconfig, "kubeconfig", "", "kubeconfig for discovering peers from the default/kubernetes EndpointSlices and apiserver identity leases (point it at the local apiserver)")
+	f.DurationVar(&o.proxy.RefreshInterval, "discovery-refresh-interval", o.proxy.RefreshInterval, "how often every server's discovery is re-read (conditionally, by ETag)")
+	f.StringVar(&o.proxy.StateFile, "state-file", o.proxy.StateFile, "where every peer's last-known discovery is kept across restarts, so a peer that is down when skewgate starts answers 503, not 404 (empty: nothing kept)")
+
+	f = fss.FlagSet("steering")
+	f.BoolVar(&o.node.Steering, "steering", false, "steer new connections for --steer-address into the proxy with eBPF (sk_lookup), failing open")
+	f.StringVar(&o.node.Address, "steer-address", "", "address:port whose new connections are steered (default: <node-ip>:6443, the node's only global address)")
+	f.StringVar(&o.node.PinPath, "pin-path", o.node.PinPath, "bpffs directory for skewgate's maps, programs and links")
+	f.StringSliceVar(&o.node.Exempt, "steer-exempt", nil, "source addresses or CIDRs whose connections are never steered, comma-separated")
+	f.BoolVar(&o.node.ExemptPeers, "steer-exempt-peers", false, "never steer connections from peer apiservers' addresses, so a peer's forwarded request skips this node's skewgate; "+
+		"only for peers whose addresses carry nothing else: a load balancer on a peer node would bypass skewgate too")
+
+	f = fss.FlagSet("admin")
+	f.StringVar(&o.adminAddr, "metrics-bind-address", o.adminAddr, "admin listener, without authentication: /metrics, /healthz, /livez, /readyz, /debug/routes, /debug/explain")
+	f.BoolVar(&o.profiling, "profiling", false, "serve /debug/pprof on the admin listener")
+
+	logsapi.AddFlags(o.logging, fss.FlagSet("logging"))
+	return fss
+}
+
+// validate reports every missing or invalid flag at once, and applies the
+// logging flags: from here on slog and klog write through one logger.
+func (o *runOptions) validate() error {
+	errs := o.proxy.Validate()
+	if o.securePort < 1 || o.securePort > 65535 {
+		errs = append(errs, fmt.Errorf("--secure-port %d: want 1-65535", o.securePort))
 	}
-	ln, steering, err := o.steer.listen(addr, local.Host, peerHosts, reg)
-	if err != nil {
-		return err
-	}
-	defer steering.close()
-	go steering.engage(ctx, members.Ready, members.Table, trust, reg, log)
-	// After steering: connstat must see the first connections to every
-	// apiserver, which the probes open and HTTP/2 then keeps.
-	go members.Run(ctx)
-	if o.kubeconfig != "" {
-		if err := watchCluster(ctx, o.kubeconfig, members, peers, log); err != nil {
-			ln.Close()
-			return err
+	if o.node.Steering && o.proxy.LocalAPIServer != "" {
+		if _, _, err := agent.Targets(o.node.Address, localHostPort(o.proxy.LocalAPIServer), o.node.Exempt); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	extra := map[string]admin.Extra{"steering": steering.status}
-	adminSrv, err := serveAdmin(o.metricsBindAddress, admin.Handler(members, reg, extra))
+	if err := logsapi.ValidateAndApply(o.logging, nil); err != nil {
+		errs = append(errs, fmt.Errorf("logging flags: %w", err))
+	}
+	return utilerrors.NewAggregate(errs)
+}
+
+// run composes the two halves: the proxy (request side) and the agent's
+// node (kernel side), which meet only through the node's seams.
+func run(ctx context.Context, o *runOptions) error {
+	log := slog.Default()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
+	o.proxy.UserAgent, o.proxy.Log = userAgent(), log
+	p, err := proxy.New(ctx, o.proxy, reg)
 	if err != nil {
-		ln.Close()
+		return err
+	}
+	o.node.Local, o.node.Ready, o.node.PeerAddrs, o.node.Probe, o.node.Log = p.LocalHost(), p.Members.Ready, p.Members.PeerAddrs, p.Probe, log
+	node, err := agent.Listen(net.JoinHostPort(o.bindAddress, strconv.Itoa(o.securePort)), o.node, reg)
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	go node.Engage(ctx, reg)
+	// After the node: connstat must see the first connections to every
+	// apiserver, which the probes open and HTTP/2 then keeps.
+	if err := p.Start(ctx); err != nil {
+		node.Listener().Close()
+		return err
+	}
+	adminSrv, err := admin.Serve(o.adminAddr, admin.Handler(p.Members, reg,
+		admin.Options{Extra: map[string]admin.Extra{"steering": node.Status}, Profiling: o.profiling}), log)
+	if err != nil {
+		node.Listener().Close()
 		return err
 	}
 	defer adminSrv.Close()
-	log.Info("serving", "address", ln.Addr().String(), "local", local.String(), "peers", len(peers), "admin", o.metricsBindAddress)
-	err = proxy.Serve(ctx, ln, handler, proxy.TLS{Serving: certs.serving, ClientCAs: certs.allClientCAs})
-	if o.stateFile != "" {
-		if serr := members.SaveState(o.stateFile); serr != nil {
-			log.Warn("state not saved", "err", serr)
-		}
-	}
-	return err
+	log.Info("serving", "version", buildVersion().Version, "address", node.Listener().Addr().String(),
+		"local", o.proxy.LocalAPIServer, "peers", p.PeerCount(), "admin", o.adminAddr)
+	return p.Serve(ctx, node.Listener())
 }
 
-// restoreState reads the previous run's peers and keeps saving this run's
-// every 10 s (only when changed). A state file that cannot be read or
-// written costs only the restart protection: a warning, never a failure.
-func restoreState(ctx context.Context, m *membership.Members, path string, log *slog.Logger) {
-	if n, err := m.Restore(path); err != nil {
-		log.Warn("state file not restored", "err", err)
-	} else if n > 0 {
-		log.Info("restored peers from the state file", "peers", n, "file", path)
-	}
-	go func() {
-		var lastErr string
-		tick := time.NewTicker(10 * time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			err := m.SaveState(path)
-			switch {
-			case err != nil && err.Error() != lastErr:
-				log.Warn("state not saved", "err", err)
-			case err == nil && lastErr != "":
-				log.Info("state saved again", "file", path)
-			}
-			lastErr = ""
-			if err != nil {
-				lastErr = err.Error()
-			}
-		}
-	}()
-}
-
-// certs are the reloadable certificate sources.
-type certs struct {
-	serving         *dynamiccertificates.DynamicCertKeyPairContent
-	proxyClient     *dynamiccertificates.DynamicCertKeyPairContent
-	clientCA        *dynamiccertificates.DynamicFileCAContent
-	peerCA          *dynamiccertificates.DynamicFileCAContent
-	requestHeaderCA dynamiccertificates.CAContentProvider
-	allClientCAs    dynamiccertificates.CAContentProvider
-}
-
-// loadCerts reads every certificate flag, failing with one line naming the
-// flag, and starts watching the files so rotations take effect.
-func loadCerts(ctx context.Context, o runOptions) (*certs, error) {
-	required := []struct{ flag, value string }{
-		{"--tls-cert-file", o.tlsCertFile}, {"--tls-private-key-file", o.tlsKeyFile},
-		{"--client-ca-file", o.clientCAFile}, {"--proxy-client-cert-file", o.proxyClientCert},
-		{"--proxy-client-key-file", o.proxyClientKey}, {"--peer-ca-file", o.peerCAFile},
-		{"--local-apiserver", o.localAPIServer},
-	}
-	for _, r := range required {
-		if r.value == "" {
-			return nil, fmt.Errorf("%s is required", r.flag)
-		}
-	}
-	c := &certs{}
-	var err error
-	if c.serving, err = dynamiccertificates.NewDynamicServingContentFromFiles("serving", o.tlsCertFile, o.tlsKeyFile); err != nil {
-		return nil, fmt.Errorf("--tls-cert-file/--tls-private-key-file: %w", err)
-	}
-	if c.proxyClient, err = dynamiccertificates.NewDynamicServingContentFromFiles("proxy-client", o.proxyClientCert, o.proxyClientKey); err != nil {
-		return nil, fmt.Errorf("--proxy-client-cert-file/--proxy-client-key-file: %w", err)
-	}
-	if c.clientCA, err = dynamiccertificates.NewDynamicCAContentFromFile("client-ca", o.clientCAFile); err != nil {
-		return nil, fmt.Errorf("--client-ca-file: %w", err)
-	}
-	if c.peerCA, err = dynamiccertificates.NewDynamicCAContentFromFile("peer-ca", o.peerCAFile); err != nil {
-		return nil, fmt.Errorf("--peer-ca-file: %w", err)
-	}
-	c.allClientCAs = c.clientCA
-	reloaders := []interface{ Run(context.Context, int) }{c.serving, c.proxyClient, c.clientCA, c.peerCA}
-	if o.requestHeaderCA != "" {
-		rh, err := dynamiccertificates.NewDynamicCAContentFromFile("requestheader-client-ca", o.requestHeaderCA)
-		if err != nil {
-			return nil, fmt.Errorf("--requestheader-client-ca-file: %w", err)
-		}
-		c.requestHeaderCA = rh
-		c.allClientCAs = dynamiccertificates.NewUnionCAContentProvider(c.clientCA, rh)
-		reloaders = append(reloaders, rh)
-	}
-	for _, r := range reloaders {
-		go r.Run(ctx, 1)
-	}
-	return c, nil
-}
-
-// withoutSelf drops the --peers entries that are addresses of this node:
-// the same --peers list on every node is common, and this node's apiserver
-// is the local one, not a peer (nor a source to exempt from steering).
-func withoutSelf(peers []*url.URL, log *slog.Logger) ([]*url.URL, error) {
-	self, err := membership.LocalAddrs()
-	if err != nil {
-		return nil, err
-	}
-	out := peers[:0:0]
-	for _, p := range peers {
-		if ip, err := netip.ParseAddr(p.Hostname()); err == nil && self(ip) {
-			log.Info("--peers names this node: left out", "peer", p.String())
-			continue
-		}
-		out = append(out, p)
-	}
-	return out, nil
-}
-
-func parseServers(local string, peers []string) (*url.URL, []*url.URL, error) {
-	lu, err := parseServer("--local-apiserver", local)
-	if err != nil {
-		return nil, nil, err
-	}
-	var pus []*url.URL
-	for _, p := range peers {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
-		}
-		pu, err := parseServer("--peers", p)
-		if err != nil {
-			return nil, nil, err
-		}
-		pus = append(pus, pu)
-	}
-	return lu, pus, nil
-}
-
-func parseServer(flag, s string) (*url.URL, error) {
+// localHostPort is the host:port of a --local-apiserver URL, or "".
+func localHostPort(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") {
-		return nil, fmt.Errorf("%s %q: want https://host:port", flag, s)
-	}
-	u.Path = ""
-	if u.Port() == "" {
-		u.Host = net.JoinHostPort(u.Hostname(), "443")
-	}
-	return u, nil
-}
-
-// checkReachable fails start-up with one line when the local apiserver
-// cannot be reached or does not present a certificate the peer CA trusts.
-func checkReachable(ctx context.Context, u *url.URL, b *forward.Backend) error {
-	defer b.CloseIdle()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String()+"/healthz", nil)
 	if err != nil {
-		return err
+		return ""
 	}
-	resp, err := b.Transport().RoundTrip(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return fmt.Errorf("local apiserver %s unreachable: %w", u, err)
-	}
-	resp.Body.Close()
-	return nil
-}
-
-func serveAdmin(addr string, h http.Handler) (*http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-bind-address: %w", err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	return srv, nil
-}
-
-// watchCluster adds the peers the cluster lists (the default/kubernetes
-// EndpointSlices and the apiserver identity leases) to the --peers ones,
-// following them as apiservers come and go.
-func watchCluster(ctx context.Context, kubeconfig string, m *membership.Members, static []*url.URL, log *slog.Logger) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return fmt.Errorf("--kubeconfig: %w", err)
-	}
-	cfg.UserAgent = "skewgate"
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("--kubeconfig: %w", err)
-	}
-	self, err := membership.LocalAddrs()
-	if err != nil {
-		return err
-	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	// The informer lives on ctx; only the initial sync is bounded.
-	synced := make(chan error, 1)
-	go func() { synced <- m.WatchCluster(ctx, client, static, self, log) }()
-	select {
-	case err := <-synced:
-		if err != nil {
-			return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
-		}
-		return nil
-	case <-sctx.Done():
-		return fmt.Errorf("--kubeconfig %s: the cluster's apiservers not synced within 30s", kubeconfig)
-	}
+	return u.Host
 }

@@ -5,8 +5,11 @@ package admin
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -15,35 +18,59 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/server/healthz"
 
-	"github.com/skewgate/skewgate/membership"
-	"github.com/skewgate/skewgate/route"
+	"github.com/skewgate/skewgate/proxy/membership"
+	"github.com/skewgate/skewgate/proxy/route"
 )
 
 // Extra is more state to show under /debug/routes (steering, say).
 type Extra func() any
 
-// Handler serves the admin endpoints.
-func Handler(m *membership.Members, gather prometheus.Gatherer, extra map[string]Extra) http.Handler {
+// Options configure the admin endpoints.
+type Options struct {
+	// Extra is shown under /debug/routes, by name.
+	Extra map[string]Extra
+	// Profiling serves /debug/pprof/.
+	Profiling bool
+}
+
+// Handler serves the admin endpoints. /healthz, /livez and /readyz are
+// kube-apiserver's own handlers (k8s.io/apiserver healthz): named checks,
+// ?verbose, ?exclude= and /readyz/<check>. Ready means skewgate knows what
+// every member serves: before that it cannot tell a false 404 from a
+// genuine one, so steering waits for it too.
+func Handler(m *membership.Members, gather prometheus.Gatherer, o Options) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { readyz(w, m) })
-	mux.HandleFunc("/debug/routes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, Routes(m, extra)) })
+	healthz.InstallHandler(mux, healthz.PingHealthz)
+	healthz.InstallLivezHandler(mux, healthz.PingHealthz)
+	healthz.InstallReadyzHandler(mux, healthz.PingHealthz,
+		healthz.NamedCheck("discovery", func(*http.Request) error { return m.Ready() }))
+	mux.HandleFunc("/debug/routes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, Routes(m, o.Extra)) })
 	mux.HandleFunc("/debug/explain", func(w http.ResponseWriter, r *http.Request) { explain(w, r, m) })
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	if o.Profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 
-// readyz is ready once skewgate knows what every member serves: before
-// that it cannot tell a false 404 from a genuine one.
-func readyz(w http.ResponseWriter, m *membership.Members) {
-	if err := m.Ready(); err != nil {
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return
+// Serve serves h on addr until Close. The listener has no authentication:
+// a non-loopback addr is logged as a warning.
+func Serve(addr string, h http.Handler, log *slog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-bind-address: %w", err)
 	}
-	fmt.Fprintln(w, "ok")
+	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil && !ap.Addr().IsLoopback() {
+		log.Warn("the admin listener is not on loopback and has no authentication", "address", ln.Addr().String())
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second}
+	go srv.Serve(ln)
+	return srv, nil
 }
 
 // ServerView is one server in /debug/routes.

@@ -11,8 +11,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/skewgate/skewgate/admin"
 	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/proxy/admin"
 )
 
 // TestZPeerDown runs last (Z): it takes node-b away, gracefully and by a

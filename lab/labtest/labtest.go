@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/skewgate/skewgate/internal/testenv"
 	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/lab/testenv"
 )
 
 // Env is what a package's tests get.

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
-	"github.com/skewgate/skewgate/discovery"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/skewgate/skewgate/proxy/discovery"
 )
 
 // probeLoop probes s's /readyz every ProbeInterval. A server that turns
@@ -23,6 +26,7 @@ func (m *Members) probeLoop(ctx context.Context, s *server, c *http.Client) {
 			return
 		}
 		if s.observe(time.Since(start), err, start) {
+			m.logHealth(s.status())
 			if s.status().Healthy {
 				m.mu.Lock()
 				kick(m.kicks[s.backend.ID])
@@ -65,9 +69,11 @@ func (m *Members) refreshLoop(ctx context.Context, id string, kicked <-chan stru
 	t := time.NewTicker(m.cfg.RefreshInterval)
 	defer t.Stop()
 	for {
+		before := m.store.Snapshot().Servers[id].Capabilities.GroupVersions()
 		fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		_ = m.store.Refresh(fctx, id, f) // the error is kept in the store's state
 		cancel()
+		m.logDiscovery(id, before, m.store.Snapshot().Servers[id].Capabilities.GroupVersions())
 		if ctx.Err() != nil {
 			return
 		}
@@ -79,4 +85,42 @@ func (m *Members) refreshLoop(ctx context.Context, id string, kicked <-chan stru
 		case <-kicked:
 		}
 	}
+}
+
+func (m *Members) logHealth(st Status) {
+	if st.Healthy {
+		m.cfg.Log.Info("apiserver healthy", "server", st.ID, "local", st.Local)
+		return
+	}
+	m.cfg.Log.Warn("apiserver unhealthy", "server", st.ID, "local", st.Local, "err", st.LastError)
+}
+
+// logDiscovery logs which group/versions appeared on or vanished from
+// server id, if any did.
+func (m *Members) logDiscovery(id string, before, after []schema.GroupVersion) {
+	if before == nil && after != nil {
+		m.cfg.Log.Info("apiserver discovery read", "server", id, "groupVersions", len(after))
+		return
+	}
+	appeared, vanished := diffGroupVersions(before, after)
+	if len(appeared) > 0 || len(vanished) > 0 {
+		m.cfg.Log.Info("apiserver discovery changed", "server", id, "appeared", appeared, "vanished", vanished)
+	}
+}
+
+// diffGroupVersions lists what after has that before lacks, and the
+// reverse, as strings.
+func diffGroupVersions(before, after []schema.GroupVersion) (appeared, vanished []string) {
+	in := func(list []schema.GroupVersion, gv schema.GroupVersion) bool { return slices.Contains(list, gv) }
+	for _, gv := range after {
+		if !in(before, gv) {
+			appeared = append(appeared, gv.String())
+		}
+	}
+	for _, gv := range before {
+		if !in(after, gv) {
+			vanished = append(vanished, gv.String())
+		}
+	}
+	return appeared, vanished
 }

@@ -2,9 +2,11 @@ package membership
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/proxy/discovery"
 )
 
 // stateVersion is the layout of the state file; another layout is ignored.
@@ -154,4 +156,39 @@ func (m *Members) restore(servers []savedServer, now time.Time) int {
 		n++
 	}
 	return n
+}
+
+// KeepState restores the previous run's peers from path and saves this
+// run's every 10 s (only when changed) until ctx ends. A state file that
+// cannot be read or written costs only the restart protection: a warning,
+// never a failure.
+func (m *Members) KeepState(ctx context.Context, path string, log *slog.Logger) {
+	if n, err := m.Restore(path); err != nil {
+		log.Warn("state file not restored", "err", err)
+	} else if n > 0 {
+		log.Info("restored peers from the state file", "peers", n, "file", path)
+	}
+	go func() {
+		var lastErr string
+		tick := time.NewTicker(10 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			err := m.SaveState(path)
+			switch {
+			case err != nil && err.Error() != lastErr:
+				log.Warn("state not saved", "err", err)
+			case err == nil && lastErr != "":
+				log.Info("state saved again", "file", path)
+			}
+			lastErr = ""
+			if err != nil {
+				lastErr = err.Error()
+			}
+		}
+	}()
 }

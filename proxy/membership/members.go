@@ -3,6 +3,7 @@ package membership
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -13,9 +14,9 @@ import (
 
 	"k8s.io/client-go/transport"
 
-	"github.com/skewgate/skewgate/discovery"
-	"github.com/skewgate/skewgate/forward"
-	"github.com/skewgate/skewgate/route"
+	"github.com/skewgate/skewgate/proxy/discovery"
+	"github.com/skewgate/skewgate/proxy/forward"
+	"github.com/skewgate/skewgate/proxy/route"
 )
 
 // Identity skewgate asserts (through the front-proxy headers) for its own
@@ -40,6 +41,12 @@ type Config struct {
 	DepartGrace time.Duration
 	// OnChange, if set, is called after every published table change.
 	OnChange func()
+	// UserAgent names skewgate and its version in its own requests.
+	UserAgent string
+	// Log receives every change an operator needs to see, once: a server
+	// joins, turns unhealthy, recovers, departs, is forgotten; its
+	// discovery gains or loses group/versions (nil: discarded).
+	Log *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -53,6 +60,9 @@ func (c *Config) defaults() {
 	set(&c.RefreshInterval, 10*time.Second)
 	set(&c.MissRefreshInterval, 5*time.Second)
 	set(&c.DepartGrace, 5*time.Minute)
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
 }
 
 // Members tracks the apiservers and publishes routing snapshots.
@@ -131,7 +141,10 @@ func (m *Members) start(ctx context.Context, id string, s *server) {
 
 // client is an HTTP client for skewgate's own requests to b.
 func (m *Members) client(b *forward.Backend) *http.Client {
-	rt := transport.NewAuthProxyRoundTripper(Identity, "", []string{Identity}, nil, b.Transport())
+	var rt http.RoundTripper = transport.NewAuthProxyRoundTripper(Identity, "", []string{Identity}, nil, b.Transport())
+	if m.cfg.UserAgent != "" {
+		rt = transport.NewUserAgentRoundTripper(m.cfg.UserAgent, rt)
+	}
 	return &http.Client{Transport: rt, Timeout: 30 * time.Second}
 }
 
@@ -165,6 +178,7 @@ func (m *Members) ConnFailed(id string, err error) {
 	s, ok := m.servers[id]
 	m.mu.Unlock()
 	if ok && s.connFailed(err) {
+		m.cfg.Log.Warn("apiserver unhealthy: connection failed", "server", id, "err", err)
 		m.publish()
 	}
 }

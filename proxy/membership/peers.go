@@ -24,16 +24,21 @@ func (m *Members) SetPeers(peers []*url.URL) {
 		s, ok := m.servers[id]
 		if !ok {
 			s = m.add(u, false)
+			m.cfg.Log.Info("peer apiserver joined", "server", id, "url", u.String())
 			if m.ctx != nil {
 				m.start(m.ctx, id, s)
 			}
 			continue
+		}
+		if s.status().Departed != nil {
+			m.cfg.Log.Info("departed peer apiserver listed again", "server", id)
 		}
 		s.setDeparted(time.Time{})
 	}
 	for id, s := range m.servers {
 		if _, ok := want[id]; !ok && !s.local && s.status().Departed == nil {
 			s.setDeparted(now)
+			m.cfg.Log.Warn("peer apiserver departed: what it served answers 503, not 404, for the grace", "server", id, "grace", m.cfg.DepartGrace)
 		}
 	}
 	m.mu.Unlock()
@@ -59,6 +64,7 @@ func (m *Members) forgetDeparted(now time.Time) {
 	}
 	m.mu.Unlock()
 	for _, id := range gone {
+		m.cfg.Log.Info("departed peer apiserver forgotten after its grace", "server", id)
 		m.store.Forget(id)
 	}
 	if len(gone) > 0 {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skewgate/skewgate/forward"
+	"github.com/skewgate/skewgate/proxy/forward"
 )
 
 func TestHealthThresholds(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/skewgate/skewgate/discovery"
-	"github.com/skewgate/skewgate/route"
+	"github.com/skewgate/skewgate/proxy/discovery"
+	"github.com/skewgate/skewgate/proxy/route"
 )
 
 func workloadsDoc() *discovery.Doc {

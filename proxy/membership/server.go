@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/skewgate/skewgate/forward"
+	"github.com/skewgate/skewgate/proxy/forward"
 )
 
 // Health thresholds. A server leaves routing after failThreshold failed

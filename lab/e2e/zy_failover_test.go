@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skewgate/skewgate/admin"
 	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/proxy/admin"
 )
 
 // TestYFailover adds node-c (v1.36.3) to the running plane: node-a's

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skewgate/skewgate/internal/labtest"
 	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/lab/labtest"
 )
 
 var (

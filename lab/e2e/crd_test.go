@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skewgate/skewgate/admin"
 	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/proxy/admin"
 )
 
 const widgetsCRD = `{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",

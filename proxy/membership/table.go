@@ -3,7 +3,7 @@ package membership
 import (
 	"time"
 
-	"github.com/skewgate/skewgate/route"
+	"github.com/skewgate/skewgate/proxy/route"
 )
 
 // publish rebuilds the routing table and the merged discovery's healthy

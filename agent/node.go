@@ -1,0 +1,210 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// NodeConfig is the kernel side of one node, as `skewgate run` configures
+// it. The proxy half reaches it only through the seams Ready, PeerAddrs and
+// Probe, which the composition supplies.
+type NodeConfig struct {
+	// Steering turns on sk_lookup steering of Address into the listener.
+	Steering bool
+	// Address is the steered ip:port; empty: the node IP (ChooseNodeIP) on
+	// port 6443.
+	Address string
+	// PinPath is the bpffs directory of every pin.
+	PinPath string
+	// Exempt are sources (addresses or CIDRs) never steered.
+	Exempt []string
+	// ExemptPeers exempts every peer apiserver's address (PeerAddrs) too.
+	ExemptPeers bool
+	// Local is the local apiserver's host:port, which must not be steered:
+	// skewgate's own requests to it would come back to skewgate.
+	Local string
+	// Ready reports whether the proxy can route: steering engages only
+	// while it returns nil.
+	Ready func() error
+	// PeerAddrs lists the peer apiservers' addresses, for ExemptPeers.
+	PeerAddrs func() []netip.Addr
+	// Probe returns a check that a new connection to dial is answered by
+	// the proxy, for a request addressed to steered.
+	Probe func(dial, steered netip.AddrPort) func(context.Context) error
+	Log   *slog.Logger
+}
+
+// Node is the kernel side running on a node: the proxy's listener, connstat
+// and, once the proxy is ready, steering.
+type Node struct {
+	cfg    NodeConfig
+	target netip.AddrPort
+	exempt []netip.Prefix
+	ln     *net.TCPListener
+	cs     *ConnStat
+	reason string // why there is no steering, while there is none
+
+	mu sync.Mutex
+	st *Steering
+}
+
+// Listen opens the proxy's listener on addr (never MPTCP, which a SOCKMAP
+// refuses) and, with cfg.Steering, attaches connection stats at once, so the
+// first connections to every apiserver are counted. Steering itself comes
+// later (Engage). A machine that cannot run BPF still proxies: Status says
+// why. Errors are invalid flags or a listener that cannot be opened.
+func Listen(addr string, cfg NodeConfig, reg prometheus.Registerer) (*Node, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	ln, err := NewListener(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--bind-address/--secure-port: %w", err)
+	}
+	n := &Node{cfg: cfg, ln: ln, reason: "disabled: --steering=false"}
+	if !cfg.Steering {
+		return n, nil
+	}
+	if n.target, n.exempt, err = Targets(cfg.Address, cfg.Local, cfg.Exempt); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	n.reason = "waiting until skewgate is ready"
+	cs, err := StartConnStat(ConnStatConfig{
+		PinPath: cfg.PinPath, ProxyPort: uint16(ln.Addr().(*net.TCPAddr).Port), UpstreamPort: n.target.Port(),
+		Clients: []netip.Prefix{netip.PrefixFrom(n.target.Addr(), n.target.Addr().BitLen())},
+	})
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("connstat: %w", err)
+	}
+	reg.MustRegister(cs)
+	n.cs = cs
+	return n, nil
+}
+
+// Listener is where the proxy accepts connections. Do not duplicate its fd:
+// the SOCKMAP entry must vanish when it closes.
+func (n *Node) Listener() *net.TCPListener { return n.ln }
+
+// Status describes steering and connstat for /debug/routes.
+func (n *Node) Status() any {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := map[string]string{}
+	if n.st == nil {
+		out["steering"] = n.reason
+	} else {
+		out["steering"] = n.st.Status().String()
+	}
+	if n.cs != nil {
+		out["connstat"] = n.cs.Status().String()
+	}
+	return out
+}
+
+// Close detaches nothing: the pins outlive the agent, and steering fails
+// open once the listener closes and the lease runs out.
+func (n *Node) Close() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.st != nil {
+		n.st.Close()
+	}
+	if n.cs != nil {
+		n.cs.Close()
+	}
+}
+
+// Engage installs steering once Ready passes: a proxy that does not yet
+// know what every server serves would answer false 404s, so it gets no
+// connections until it does. Each lease renewal checks Ready again.
+func (n *Node) Engage(ctx context.Context, reg prometheus.Registerer) {
+	if !n.cfg.Steering {
+		return
+	}
+	for n.cfg.Ready() != nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	steered := n.cfg.Probe(n.target, n.target)
+	direct := n.cfg.Probe(listenerAddr(n.ln, n.target.Addr()), n.target)
+	exempt := n.exempt
+	if n.cfg.ExemptPeers && n.cfg.PeerAddrs != nil {
+		exempt = ExemptFor(exempt, n.cfg.PeerAddrs(), n.target.Addr())
+	}
+	st, err := StartSteering(ctx, SteeringConfig{
+		PinPath: n.cfg.PinPath, Targets: []netip.AddrPort{n.target}, Exempt: exempt, Log: n.cfg.Log,
+		Probe: func(ctx context.Context, isSteered bool) error {
+			if err := n.cfg.Ready(); err != nil {
+				return err
+			}
+			if isSteered {
+				return steered(ctx)
+			}
+			return direct(ctx)
+		},
+	}, n.ln)
+	if err != nil { // an invalid configuration: flags were checked, so a bug
+		n.cfg.Log.Error("steering not installed", "err", err)
+		return
+	}
+	reg.MustRegister(st)
+	n.mu.Lock()
+	n.st = st
+	n.mu.Unlock()
+	if st.Status().State == StateDisabled {
+		n.cfg.Log.Warn("steering disabled; proxying clients that reach the listener directly", "reason", st.Status().String())
+		return
+	}
+	n.cfg.Log.Info("steering installed", "target", n.target.String(), "pins", n.cfg.PinPath)
+	if n.cfg.ExemptPeers && n.cfg.PeerAddrs != nil {
+		go n.followPeers(ctx, st)
+	}
+}
+
+// followPeers keeps every peer's address exempt from steering
+// (--steer-exempt-peers), peers found in the cluster included, so their
+// forwarded requests reach this node's apiserver without a second proxy.
+func (n *Node) followPeers(ctx context.Context, st *Steering) {
+	last := st.cfg.Exempt
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		want := ExemptFor(n.exempt, n.cfg.PeerAddrs(), n.target.Addr())
+		if !slices.Equal(want, last) {
+			if err := st.SetExempt(want); err != nil {
+				n.cfg.Log.Error("steering: exempt peers", "err", err)
+			} else {
+				n.cfg.Log.Info("steering: exempt sources changed", "exempt", want)
+				last = want
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// listenerAddr is where a direct probe reaches the listener: its own
+// address, or ip when it listens on every address.
+func listenerAddr(ln *net.TCPListener, ip netip.Addr) netip.AddrPort {
+	a := ln.Addr().(*net.TCPAddr).AddrPort()
+	if a.Addr().IsUnspecified() {
+		return netip.AddrPortFrom(ip, a.Port())
+	}
+	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+}

@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+)
+
+func TestExemptFor(t *testing.T) {
+	static := []netip.Prefix{netip.MustParsePrefix("198.18.0.3/32")}
+	peers := []netip.Addr{
+		netip.MustParseAddr("198.18.0.2"),
+		netip.MustParseAddr("198.18.0.3"), // also static: once
+		netip.MustParseAddr("fd00::2"),
+		netip.MustParseAddr("::ffff:198.18.0.4"), // mapped: unmapped
+	}
+	got := ExemptFor(static, peers, netip.MustParseAddr("198.18.0.1"))
+	want := []netip.Prefix{
+		netip.MustParsePrefix("198.18.0.2/32"),
+		netip.MustParsePrefix("198.18.0.3/32"),
+		netip.MustParsePrefix("198.18.0.4/32"),
+		netip.MustParsePrefix("fd00::2/128"),
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("ExemptFor = %v, want %v", got, want)
+	}
+	if got := ExemptFor(static, nil, netip.MustParseAddr("198.18.0.1")); !slices.Equal(got, static) {
+		t.Errorf("ExemptFor without peers = %v, want the static set", got)
+	}
+	wide := []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}
+	if got := ExemptFor(wide, nil, netip.MustParseAddr("198.18.0.1")); len(got) != 0 {
+		t.Errorf("a prefix covering the steered address is exempt: %v", got)
+	}
+}
+
+func TestTargetsRefuseSteeringTheLocalAPIServer(t *testing.T) {
+	for _, tc := range []struct {
+		address, local string
+		ok             bool
+	}{
+		{"10.0.0.1:6443", "127.0.0.1:6443", true},
+		{"10.0.0.1:6443", "10.0.0.1:6443", false},
+		{"", "10.0.0.1:6443", false}, // the default would be the local apiserver itself
+		{"10.0.0.1:6443", "10.0.0.1:16443", true},
+		{"[fd00::1]:6443", "[fd00::1]:6443", false},
+		{"10.0.0.1:6443", "apiserver.local:6443", true}, // a name is not an address that could be steered
+	} {
+		_, _, err := Targets(tc.address, tc.local, nil)
+		if (err == nil) != tc.ok {
+			t.Errorf("steer %q local %q: err %v, want ok=%v", tc.address, tc.local, err, tc.ok)
+		}
+	}
+}
+
+func TestTargetsExempt(t *testing.T) {
+	for _, tc := range []struct {
+		exempt []string
+		want   []string
+		ok     bool
+	}{
+		{nil, nil, true},
+		{[]string{"198.18.9.0/24", "198.18.8.8"}, []string{"198.18.8.8/32", "198.18.9.0/24"}, true},
+		{[]string{"198.18.0.0/16"}, nil, false}, // covers the node itself
+		{[]string{"nonsense"}, nil, false},
+	} {
+		_, got, err := Targets("198.18.0.1:6443", "127.0.0.1:6443", tc.exempt)
+		if (err == nil) != tc.ok {
+			t.Errorf("exempt %v: err %v, want ok=%v", tc.exempt, err, tc.ok)
+			continue
+		}
+		var strs []string
+		for _, p := range got {
+			strs = append(strs, p.String())
+		}
+		if tc.ok && !slices.Equal(strs, tc.want) {
+			t.Errorf("exempt %v: %v, want %v", tc.exempt, strs, tc.want)
+		}
+	}
+}

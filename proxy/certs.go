@@ -1,0 +1,87 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+)
+
+// CertFiles are the certificate flags, named like kube-apiserver's.
+type CertFiles struct {
+	TLSCert, TLSKey                 string // --tls-cert-file, --tls-private-key-file
+	ClientCA                        string // --client-ca-file
+	RequestHeaderCA                 string // --requestheader-client-ca-file (optional)
+	ProxyClientCert, ProxyClientKey string // --proxy-client-cert-file, --proxy-client-key-file
+	PeerCA                          string // --peer-ca-file
+}
+
+// Validate reports every missing required file flag at once.
+func (f CertFiles) Validate() []error {
+	var errs []error
+	for _, r := range []struct{ flag, value string }{
+		{"--tls-cert-file", f.TLSCert}, {"--tls-private-key-file", f.TLSKey},
+		{"--client-ca-file", f.ClientCA}, {"--proxy-client-cert-file", f.ProxyClientCert},
+		{"--proxy-client-key-file", f.ProxyClientKey}, {"--peer-ca-file", f.PeerCA},
+	} {
+		if r.value == "" {
+			errs = append(errs, fmt.Errorf("%s is required", r.flag))
+		}
+	}
+	return errs
+}
+
+// Certs are the reloadable certificate sources.
+type Certs struct {
+	Serving         *dynamiccertificates.DynamicCertKeyPairContent
+	ProxyClient     *dynamiccertificates.DynamicCertKeyPairContent
+	ClientCA        *dynamiccertificates.DynamicFileCAContent
+	PeerCA          *dynamiccertificates.DynamicFileCAContent
+	RequestHeaderCA dynamiccertificates.CAContentProvider // nil: no peer is trusted
+	AllClientCAs    dynamiccertificates.CAContentProvider
+}
+
+// LoadCerts reads every certificate file, failing with one error per flag
+// at fault, and watches the files until ctx ends so rotations take effect
+// (the library logs each reload).
+func LoadCerts(ctx context.Context, f CertFiles) (*Certs, error) {
+	if errs := f.Validate(); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	c := &Certs{}
+	var errs []error
+	var err error
+	if c.Serving, err = dynamiccertificates.NewDynamicServingContentFromFiles("serving", f.TLSCert, f.TLSKey); err != nil {
+		errs = append(errs, fmt.Errorf("--tls-cert-file/--tls-private-key-file: %w", err))
+	}
+	if c.ProxyClient, err = dynamiccertificates.NewDynamicServingContentFromFiles("proxy-client", f.ProxyClientCert, f.ProxyClientKey); err != nil {
+		errs = append(errs, fmt.Errorf("--proxy-client-cert-file/--proxy-client-key-file: %w", err))
+	}
+	if c.ClientCA, err = dynamiccertificates.NewDynamicCAContentFromFile("client-ca", f.ClientCA); err != nil {
+		errs = append(errs, fmt.Errorf("--client-ca-file: %w", err))
+	}
+	if c.PeerCA, err = dynamiccertificates.NewDynamicCAContentFromFile("peer-ca", f.PeerCA); err != nil {
+		errs = append(errs, fmt.Errorf("--peer-ca-file: %w", err))
+	}
+	var rh *dynamiccertificates.DynamicFileCAContent
+	if f.RequestHeaderCA != "" {
+		if rh, err = dynamiccertificates.NewDynamicCAContentFromFile("requestheader-client-ca", f.RequestHeaderCA); err != nil {
+			errs = append(errs, fmt.Errorf("--requestheader-client-ca-file: %w", err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	c.AllClientCAs = c.ClientCA
+	reloaders := []interface{ Run(context.Context, int) }{c.Serving, c.ProxyClient, c.ClientCA, c.PeerCA}
+	if rh != nil {
+		c.RequestHeaderCA = rh
+		c.AllClientCAs = dynamiccertificates.NewUnionCAContentProvider(c.ClientCA, rh)
+		reloaders = append(reloaders, rh)
+	}
+	for _, r := range reloaders {
+		go r.Run(ctx, 1)
+	}
+	return c, nil
+}

@@ -1,0 +1,69 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"time"
+)
+
+// ErrNotProxy is a probe answered by the apiserver itself: steering lapsed.
+var ErrNotProxy = errors.New("steered address answered without skewgate")
+
+// ProxyProbe returns a check that a new connection to dial is answered by
+// skewgate: dial is the steered address itself, or skewgate's listener.
+// Either way the request is for the steered address, whose IP the serving
+// certificate must carry.
+func ProxyProbe(dial, steered netip.AddrPort, trust Trust, userAgent string) func(context.Context) error {
+	u := &url.URL{Scheme: "https", Host: steered.String(), Path: "/healthz"}
+	tr := newTransport(u, trust)
+	dialer := &net.Dialer{Timeout: DialTimeout}
+	tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return dialer.DialContext(ctx, network, dial.String())
+	}
+	client := &http.Client{Transport: tr, Timeout: time.Second}
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+		if err != nil {
+			return err
+		}
+		// A fresh connection each time: only new connections are steered.
+		req.Close = true
+		req.Header.Set("User-Agent", userAgent)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.Header.Get(HeaderRoute) == "" {
+			return ErrNotProxy
+		}
+		return nil
+	}
+}
+
+// CheckReachable fails with one line when the apiserver at b cannot be
+// reached within 5 s or does not present a certificate the peer CA trusts.
+func CheckReachable(ctx context.Context, b *Backend) error {
+	defer b.CloseIdle()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.URL.String()+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := b.Transport().RoundTrip(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("apiserver %s unreachable: %w", b.URL, err)
+	}
+	resp.Body.Close()
+	return nil
+}

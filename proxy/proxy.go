@@ -1,0 +1,133 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/skewgate/skewgate/proxy/forward"
+	"github.com/skewgate/skewgate/proxy/membership"
+)
+
+// Config is the request side of one node, as `skewgate run` configures it.
+type Config struct {
+	Certs CertFiles
+	// RequestHeaderAllowedNames are the common names of trusted peers'
+	// front-proxy certificates (empty: any the CA signed).
+	RequestHeaderAllowedNames []string
+	LocalAPIServer            string   // URL, on an address that is not steered
+	Peers                     []string // URLs
+	// Kubeconfig finds peers in the cluster; empty: only Peers.
+	Kubeconfig      string
+	RefreshInterval time.Duration
+	// StateFile keeps every peer's last-known discovery across restarts
+	// (empty: nothing kept).
+	StateFile string
+	UserAgent string
+	Log       *slog.Logger
+}
+
+// Proxy is the request side, loaded and checked: certificates read, the
+// local apiserver reached, the previous run's peers restored.
+type Proxy struct {
+	cfg     Config
+	certs   *Certs
+	trust   forward.Trust
+	local   *url.URL
+	peers   []*url.URL
+	Members *membership.Members
+	handler *Handler
+}
+
+// New loads cfg and checks that the local apiserver answers with a
+// certificate the peer CA trusts. Its errors name the flags at fault.
+func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, error) {
+	certs, err := LoadCerts(ctx, cfg.Certs)
+	if err != nil {
+		return nil, err
+	}
+	local, peers, err := membership.ParseServers(cfg.LocalAPIServer, cfg.Peers)
+	if err != nil {
+		return nil, err
+	}
+	self, err := membership.LocalAddrs()
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{cfg: cfg, certs: certs, local: local, peers: membership.WithoutSelf(peers, self, cfg.Log)}
+	p.trust = forward.Trust{PeerCA: certs.PeerCA, ClientCert: certs.ProxyClient}
+	p.Members, err = membership.New(membership.Config{Local: local, Peers: p.peers, RefreshInterval: cfg.RefreshInterval, Trust: p.trust, UserAgent: cfg.UserAgent, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	if err := forward.CheckReachable(ctx, forward.NewBackend("check", local, p.trust)); err != nil {
+		return nil, err
+	}
+	if cfg.StateFile != "" {
+		p.Members.KeepState(ctx, cfg.StateFile, cfg.Log)
+	}
+	reg.MustRegister(p.Members)
+	rh := RequestHeader{CA: certs.RequestHeaderCA, AllowedNames: cfg.RequestHeaderAllowedNames}
+	p.handler = NewHandler(p.Members, certs.ClientCA, rh, NewMetrics(reg))
+	return p, nil
+}
+
+// LocalHost is the local apiserver's host:port.
+func (p *Proxy) LocalHost() string { return p.local.Host }
+
+// PeerCount is how many peers were named on the command line.
+func (p *Proxy) PeerCount() int { return len(p.peers) }
+
+// Probe returns a check that a new connection to dial is answered by this
+// proxy, for a request addressed to steered (the agent's steering probe).
+func (p *Proxy) Probe(dial, steered netip.AddrPort) func(context.Context) error {
+	return forward.ProxyProbe(dial, steered, p.trust, p.cfg.UserAgent)
+}
+
+// Start probes every member and, with a kubeconfig, follows the cluster's
+// apiservers; it returns once they are listed, or why they cannot be.
+func (p *Proxy) Start(ctx context.Context) error {
+	go p.Members.Run(ctx)
+	if p.cfg.Kubeconfig == "" {
+		return nil
+	}
+	return p.Members.WatchKubeconfig(ctx, p.cfg.Kubeconfig, p.cfg.UserAgent, p.peers, p.cfg.Log)
+}
+
+// Serve serves clients on ln until ctx ends, then saves the state file.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	err := Serve(ctx, ln, p.handler, TLS{Serving: p.certs.Serving, ClientCAs: p.certs.AllClientCAs})
+	if p.cfg.StateFile != "" {
+		if serr := p.Members.SaveState(p.cfg.StateFile); serr != nil {
+			p.cfg.Log.Warn("state not saved", "err", serr)
+		}
+	}
+	return err
+}
+
+// Validate reports every missing or invalid setting at once, each naming
+// its flag.
+func (c Config) Validate() []error {
+	errs := c.Certs.Validate()
+	if c.LocalAPIServer == "" {
+		errs = append(errs, errors.New("--local-apiserver is required"))
+	} else if _, _, err := membership.ParseServers(c.LocalAPIServer, nil); err != nil {
+		errs = append(errs, err)
+	}
+	for _, p := range c.Peers {
+		if _, _, err := membership.ParseServers("https://127.0.0.1:6443", []string{p}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.RefreshInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--discovery-refresh-interval %s: want a positive duration", c.RefreshInterval))
+	}
+	return errs
+}
