@@ -1,0 +1,47 @@
+package admin
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/skewgate/skewgate/proxy/membership"
+)
+
+// The health endpoints read like kube-apiserver's: named checks, verbose
+// output, one check at a time.
+func TestHealthEndpoints(t *testing.T) {
+	m, err := membership.New(membership.Config{Local: &url.URL{Scheme: "https", Host: "127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		profiling bool
+		path      string
+		code      int
+		body      string
+	}{
+		{false, "/healthz", 200, "ok"},
+		{false, "/livez", 200, "ok"},
+		{false, "/readyz/ping", 200, "ok"},
+		{false, "/readyz", 500, "readyz check failed"},
+		{false, "/readyz?verbose", 500, "[+]ping ok\n[-]discovery failed"},
+		{false, "/readyz/discovery", 500, "local discovery (127.0.0.1:1) not read yet"},
+		{false, "/readyz?exclude=discovery", 200, "ok"},
+		{false, "/debug/pprof/", 404, ""},
+		{true, "/debug/pprof/", 200, "goroutine"},
+	} {
+		h := Handler(m, prometheus.NewRegistry(), Options{Profiling: tc.profiling})
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.path, nil))
+		body, _ := io.ReadAll(rec.Body)
+		if rec.Code != tc.code || !strings.Contains(string(body), tc.body) {
+			t.Errorf("GET %s (profiling %t): %d %q, want %d containing %q", tc.path, tc.profiling, rec.Code, body, tc.code, tc.body)
+		}
+	}
+}
