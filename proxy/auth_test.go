@@ -35,7 +35,7 @@ func TestSetIdentityStripsForgedHeaders(t *testing.T) {
 		for k, v := range forged {
 			r.Header[k] = []string{v} // raw keys: a client need not canonicalize
 		}
-		setIdentity(r, tc.caller, tc.fromPeer)
+		setIdentity(r.Header, tc.caller, tc.fromPeer)
 		for k := range r.Header {
 			if !slices.Equal(r.Header[k], tc.want[k]) {
 				t.Errorf("%s: header %s = %q, want %q", tc.name, k, r.Header[k], tc.want[k])

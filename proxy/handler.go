@@ -62,7 +62,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 	}
 	x.caller = caller
 	x.fromPeer = caller.Peer && r.Header.Get(PeerProxiedHeader) == "true"
-	setIdentity(r, caller, x.fromPeer)
+	stripIdentity(r.Header)
 
 	req, err := h.classifier.Classify(r)
 	if err != nil {
@@ -90,8 +90,6 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 	case route.Unavailable:
 		forward.Unavailable(w, r, d.Reason)
 		return
-	case route.Peer:
-		r.Header.Set(PeerProxiedHeader, "true")
 	case route.Local:
 		if d.Rule == 6 {
 			h.members.RefreshSoon() // maybe a CRD or API nobody listed yet
@@ -101,8 +99,9 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 	forward.Forward(w, r, forward.Request{
 		Candidates: h.members.Backends(d.Servers),
 		Idempotent: x.req.Idempotent(),
-		Failed:     h.forwardFailed,
-		Anonymous:  x.caller.User == nil,
+		Failed:      h.forwardFailed,
+		Anonymous:   x.caller.User == nil,
+		SetIdentity: identity(x.caller, x.fromPeer || d.Route == route.Peer),
 	})
 }
 
@@ -113,17 +112,22 @@ func (h *Handler) forwardFailed(id string, kind forward.FailureKind, err error) 
 	}
 }
 
-// setIdentity replaces whatever identity headers the client sent with what
-// skewgate verified: a user's certificate becomes X-Remote-* headers, a
-// peer's asserted user passes on, and the peer-proxied mark survives only
-// from a verified peer.
-func setIdentity(r *http.Request, c Caller, fromPeer bool) {
-	stripIdentity(r.Header)
+// identity returns what forward applies to a request last: whatever
+// identity headers are there are replaced with what skewgate verified (a
+// user's certificate becomes X-Remote-* headers, a peer's asserted user
+// passes on), and the peer-proxied mark is set when mark is: for a verified
+// peer's marked request, and for every request skewgate sends to a peer.
+func identity(c Caller, mark bool) func(http.Header) {
+	return func(h http.Header) { setIdentity(h, c, mark) }
+}
+
+func setIdentity(h http.Header, c Caller, mark bool) {
+	stripIdentity(h)
 	if c.User != nil {
-		transport.SetAuthProxyHeaders(r, c.User.GetName(), c.User.GetUID(), c.User.GetGroups(), c.User.GetExtra())
+		transport.SetAuthProxyHeaders(&http.Request{Header: h}, c.User.GetName(), c.User.GetUID(), c.User.GetGroups(), c.User.GetExtra())
 	}
-	if fromPeer {
-		r.Header.Set(PeerProxiedHeader, "true")
+	if mark {
+		h.Set(PeerProxiedHeader, "true")
 	}
 }
 

@@ -118,7 +118,7 @@ func (h *Handler) localAllows(w http.ResponseWriter, r *http.Request, x *exchang
 	}
 	check := r.Clone(r.Context())
 	check.Header.Del("If-None-Match") // a 304 would say nothing about the caller
-	resp, err := local[0].Do(check, x.caller.User == nil)
+	resp, err := local[0].Do(check, x.caller.User == nil, identity(x.caller, x.fromPeer))
 	if err != nil {
 		h.forwardFailed(local[0].ID, forward.FailConnect, err)
 		forward.Unavailable(w, r, err.Error())

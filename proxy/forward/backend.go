@@ -148,10 +148,13 @@ func (c *certCache) get() (*tls.Certificate, error) {
 	return c.cert, nil
 }
 
-// Do sends req (its path and query; identity headers already set) to the
-// backend as it is, for skewgate's own checks on a client's behalf.
-func (b *Backend) Do(req *http.Request, anonymous bool) (*http.Response, error) {
+// Do sends a copy of req (its path, query and headers) to the backend,
+// with setIdentity (if set) applied to the copy's headers last.
+func (b *Backend) Do(req *http.Request, anonymous bool, setIdentity func(http.Header)) (*http.Response, error) {
 	out := req.Clone(req.Context())
 	out.URL.Scheme, out.URL.Host, out.Host, out.RequestURI = b.URL.Scheme, b.URL.Host, "", ""
+	if setIdentity != nil {
+		setIdentity(out.Header)
+	}
 	return b.transportFor(anonymous).RoundTrip(out)
 }

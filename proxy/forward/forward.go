@@ -36,6 +36,12 @@ type Request struct {
 	// or nothing): they go without the front-proxy certificate, so the
 	// apiserver judges them exactly as if they had come directly.
 	Anonymous bool
+	// SetIdentity writes the identity headers (and the peer mark) onto
+	// the request to the backend. It runs last, in the round tripper,
+	// after the reverse proxy removed hop-by-hop headers: a client that
+	// names X-Remote-Group in its Connection header cannot remove what
+	// skewgate sets, as with kube-aggregator's auth-proxy round tripper.
+	SetIdentity func(http.Header)
 }
 
 // Forward sends r (its identity headers already set) to the first candidate
@@ -49,12 +55,19 @@ func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
 	}
 	first := fr.Candidates[0]
 	loc := *first.URL
-	loc.Path, loc.RawPath = r.URL.Path, r.URL.RawPath
+	// The query too: UpgradeAwareHandler dials upgrades (exec, attach,
+	// port-forward) at exactly this location.
+	loc.Path, loc.RawPath, loc.RawQuery = r.URL.Path, r.URL.RawPath, r.URL.RawQuery
 	upgrade := httpstream.IsUpgradeRequest(r)
 	rt := &failover{req: fr, retry: fr.Idempotent && !upgrade}
 	h := proxy.NewUpgradeAwareHandler(&loc, rt, false, false, responder{})
 	if upgrade {
-		// The upgrade dial bypasses round trippers; record the server now.
+		// The upgrade dial bypasses round trippers and writes the request
+		// as it is, with no hop-by-hop processing: the identity goes on
+		// now. Record the server now too.
+		if fr.SetIdentity != nil {
+			fr.SetIdentity(r.Header)
+		}
 		w.Header().Set(HeaderServer, first.ID)
 	}
 	h.ServeHTTP(w, r)
@@ -90,7 +103,7 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 		if i > 0 && !f.retry {
 			break
 		}
-		resp, connected, err := roundTrip(req, b, f.req.Anonymous)
+		resp, connected, err := roundTrip(req, b, f.req)
 		if err == nil {
 			resp.Header.Set(HeaderServer, b.ID)
 			return resp, nil
@@ -118,10 +131,10 @@ func (f *failover) failed(id string, kind FailureKind, err error) {
 
 // roundTrip sends req to b and reports whether a connection was obtained,
 // i.e. whether any byte of the request may have been sent.
-func roundTrip(req *http.Request, b *Backend, anonymous bool) (*http.Response, bool, error) {
+func roundTrip(req *http.Request, b *Backend, fr Request) (*http.Response, bool, error) {
 	var connected atomic.Bool
 	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }}
-	resp, err := b.Do(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), anonymous)
+	resp, err := b.Do(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), fr.Anonymous, fr.SetIdentity)
 	return resp, connected.Load(), err
 }
 

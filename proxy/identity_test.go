@@ -1,0 +1,195 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+
+	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/proxy/forward"
+	"github.com/skewgate/skewgate/proxy/membership"
+)
+
+// seen is what the upstream apiserver stand-in received.
+type seen struct {
+	uri     string
+	header  http.Header
+	trailer http.Header
+}
+
+// identityRig is skewgate's real handler and TLS server in front of a
+// recording upstream: the edge cases of header handling, byte for byte.
+// The lab's e2e tests prove the same against real apiservers.
+type identityRig struct {
+	addr   string
+	client tls.Certificate
+	roots  *x509.CertPool
+	mu     sync.Mutex
+	got    []seen
+}
+
+func newIdentityRig(t *testing.T) *identityRig {
+	rig := &identityRig{}
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		rig.mu.Lock()
+		rig.got = append(rig.got, seen{r.URL.RequestURI(), r.Header.Clone(), r.Trailer.Clone()})
+		rig.mu.Unlock()
+		if r.Header.Get("Upgrade") != "" { // answered like exec with a wrong container
+			http.Error(w, "container wrong is not valid", http.StatusBadRequest)
+			return
+		}
+		w.Write([]byte("ok"))
+	}))
+	t.Cleanup(up.Close)
+
+	dir := t.TempDir()
+	pki, err := lab.GeneratePKI(dir, []lab.Node{{Name: "node-a", IP: mustIP("127.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := lab.LoadCA(pki.CAFile, pki.CAKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.Sign(lab.Leaf{CN: "alice", Orgs: []string{"dev", "system:masters"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig.client = tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key}
+	rig.roots = x509.NewCertPool()
+	rig.roots.AddCert(ca.Cert)
+
+	upCA, err := dynamiccertificates.NewStaticCAContent("up", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyClient, err := dynamiccertificates.NewDynamicServingContentFromFiles("proxy-client", pki.FrontProxyClient.CertFile, pki.FrontProxyClient.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := dynamiccertificates.NewDynamicServingContentFromFiles("serving", pki.Serving["node-a"].CertFile, pki.Serving["node-a"].KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCA, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", pki.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upURL, _ := url.Parse(up.URL)
+	members, err := membership.New(membership.Config{Local: upURL, Trust: forward.Trust{PeerCA: upCA, ClientCert: proxyClient}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHandler(members, clientCA, RequestHeader{}, NewMetrics(prometheus.NewRegistry()))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { Serve(ctx, ln, h, TLS{Serving: serving, ClientCAs: clientCA}); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	rig.addr = ln.Addr().String()
+	return rig
+}
+
+func mustIP(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// send writes raw HTTP/1.1 request bytes on a fresh TLS connection and
+// returns the status code and what the upstream saw.
+func (rig *identityRig) send(t *testing.T, raw string) (int, seen) {
+	t.Helper()
+	rig.mu.Lock()
+	rig.got = nil
+	rig.mu.Unlock()
+	conn, err := tls.Dial("tcp", rig.addr, &tls.Config{Certificates: []tls.Certificate{rig.client}, RootCAs: rig.roots,
+		ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, strings.ReplaceAll(raw, "\n", "\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	if len(rig.got) != 1 {
+		t.Fatalf("upstream saw %d requests, want 1 (answer %d)", len(rig.got), resp.StatusCode)
+	}
+	return resp.StatusCode, rig.got[0]
+}
+
+// Nothing a client sends over HTTP/1.1 removes or adds to the identity
+// skewgate sets: not Connection tokens (bug: "Connection: X-Remote-Group"
+// dropped the caller's groups, system:masters among them), not Keep-Alive,
+// Te, Trailer or Upgrade variants, upgrades included.
+func TestIdentitySurvivesHopByHopHeaders(t *testing.T) {
+	rig := newIdentityRig(t)
+	const exec = "/api/v1/namespaces/default/pods/p1/exec?command=ls&container=wrong&stdout=true"
+	for _, tc := range []struct{ name, uri, headers, body string }{
+		{"connection token", "/version", "Connection: X-Remote-Group\n", ""},
+		{"connection tokens, odd case", "/version", "Connection: keep-alive, x-remote-user, X-REMOTE-GROUP\nKeep-Alive: timeout=5\n", ""},
+		{"te", "/version", "Te: trailers\nConnection: te, X-Remote-Group\n", ""},
+		{"forged identity", "/version", "X-Remote-User: root\nX-Remote-Group: hackers\nX-Remote-Extra-Scopes: all\nX-Kubernetes-Peer-Proxied: true\n", ""},
+		{"trailer", "/version", "Trailer: X-Remote-Group\nConnection: Trailer\nTransfer-Encoding: chunked\n",
+			"1\nx\n0\nX-Remote-Group: hackers\n\n"},
+		{"upgrade with a connection token", exec, "Connection: Upgrade, X-Remote-Group\nUpgrade: SPDY/3.1\n", ""},
+		{"upgrade with forged identity", exec, "Connection: Upgrade\nUpgrade: websocket\nX-Remote-Group: hackers\nX-Remote-User: root\n", ""},
+	} {
+		method := "GET"
+		if tc.body != "" {
+			method = "POST"
+		}
+		raw := fmt.Sprintf("%s %s HTTP/1.1\nHost: 127.0.0.1\n%s\n%s", method, tc.uri, tc.headers, tc.body)
+		_, got := rig.send(t, raw)
+		if got.uri != tc.uri {
+			t.Errorf("%s: upstream got %q, want %q", tc.name, got.uri, tc.uri)
+		}
+		if u := got.header.Values("X-Remote-User"); !slices.Equal(u, []string{"alice"}) {
+			t.Errorf("%s: X-Remote-User %q, want alice", tc.name, u)
+		}
+		if g := got.header.Values("X-Remote-Group"); !slices.Equal(g, []string{"dev", "system:masters"}) {
+			t.Errorf("%s: X-Remote-Group %q, want dev, system:masters", tc.name, g)
+		}
+		for k, v := range got.header {
+			// The x509 authenticator's only extra: the certificate's hash.
+			credential := k == "X-Remote-Extra-Authentication.kubernetes.io%2fcredential-Id" && len(v) == 1 && strings.HasPrefix(v[0], "X509SHA256=")
+			if strings.HasPrefix(k, "X-Remote-Extra-") && !credential || k == "X-Kubernetes-Peer-Proxied" {
+				t.Errorf("%s: forged %s=%q reached the apiserver", tc.name, k, v)
+			}
+		}
+		if got.header.Get("X-Remote-Extra-Authentication.kubernetes.io%2fcredential-Id") == "" {
+			t.Errorf("%s: the credential id was removed", tc.name)
+		}
+		for k, v := range got.trailer {
+			if strings.HasPrefix(http.CanonicalHeaderKey(k), "X-Remote-") && len(v) > 0 {
+				t.Errorf("%s: trailer %s=%q reached the apiserver", tc.name, k, v)
+			}
+		}
+	}
+}
