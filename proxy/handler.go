@@ -97,8 +97,8 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 	}
 	w.Header().Set(forward.HeaderRoute, string(d.Route))
 	forward.Forward(w, r, forward.Request{
-		Candidates: h.members.Backends(d.Servers),
-		Idempotent: x.req.Idempotent(),
+		Candidates:  h.members.Backends(d.Servers),
+		Idempotent:  x.req.Idempotent(),
 		Failed:      h.forwardFailed,
 		Anonymous:   x.caller.User == nil,
 		SetIdentity: identity(x.caller, x.fromPeer || d.Route == route.Peer),
