@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
@@ -44,6 +46,10 @@ type callerAuth struct {
 	users   authenticator.Request
 	rh      RequestHeader
 	headers authenticator.Request
+	now     func() time.Time
+	// caGeneration counts changes of either CA bundle: a verdict made
+	// under an older bundle is made again.
+	caGeneration atomic.Uint64
 }
 
 // RequestHeader configures recognising peers.
@@ -54,13 +60,26 @@ type RequestHeader struct {
 
 func newCallerAuth(clientCA dynamiccertificates.CAContentProvider, rh RequestHeader) *callerAuth {
 	static := func(v ...string) headerrequest.StringSliceProvider { return headerrequest.StaticStringSlice(v) }
-	return &callerAuth{
-		users: x509request.NewDynamic(clientCA.VerifyOptions, x509request.CommonNameUserConversion),
-		rh:    rh,
+	a := &callerAuth{
+		rh:  rh,
+		now: time.Now,
 		headers: headerrequest.NewDynamic(static("X-Remote-User"), static("X-Remote-Uid"),
 			static("X-Remote-Group"), static("X-Remote-Extra-")),
 	}
+	a.users = x509request.NewDynamic(func() (x509.VerifyOptions, bool) {
+		opts, ok := clientCA.VerifyOptions()
+		opts.CurrentTime = a.now()
+		return opts, ok
+	}, x509request.CommonNameUserConversion)
+	clientCA.AddListener(a)
+	if rh.CA != nil {
+		rh.CA.AddListener(a)
+	}
+	return a
 }
+
+// Enqueue learns that a CA bundle changed (dynamiccertificates.Listener).
+func (a *callerAuth) Enqueue() { a.caGeneration.Add(1) }
 
 // ErrUntrustedClient is returned (wrapped) for a client certificate that
 // neither the client CA nor the requestheader CA accepts.
@@ -74,16 +93,18 @@ func (a *callerAuth) authenticate(r *http.Request) (Caller, error) {
 		return Caller{}, nil
 	}
 	// A connection's certificate chain never changes: verify it once per
-	// connection, not once per request (HTTP/2 multiplexes many).
+	// connection, not once per request (HTTP/2 multiplexes many), for as
+	// long as the verdict holds: until the chain's first NotAfter and
+	// while the CA bundles are the ones it was made under.
 	v := verdictFrom(r.Context())
 	if v == nil {
 		return a.verify(r)
 	}
-	v.once.Do(func() { v.peer, v.user, v.err = a.verifyChain(r) })
-	if v.peer {
+	peer, u, err := v.get(a, r)
+	if peer {
 		return a.peerCaller(r), nil
 	}
-	return Caller{User: v.user}, v.err
+	return Caller{User: u}, err
 }
 
 // verify authenticates r without a per-connection verdict.
@@ -121,10 +142,36 @@ func (a *callerAuth) peerCaller(r *http.Request) Caller {
 // connVerdict caches the verification of one connection's client
 // certificate.
 type connVerdict struct {
-	once sync.Once
-	peer bool
-	user user.Info
-	err  error
+	mu         sync.Mutex
+	made       bool
+	until      time.Time // the chain's earliest NotAfter
+	generation uint64    // callerAuth.caGeneration when made
+	peer       bool
+	user       user.Info
+	err        error
+}
+
+// get returns the connection's verdict, verifying the chain again once the
+// earliest certificate of it expired or a CA bundle changed.
+func (v *connVerdict) get(a *callerAuth, r *http.Request) (bool, user.Info, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	gen, now := a.caGeneration.Load(), a.now()
+	if !v.made || gen != v.generation || !now.Before(v.until) {
+		v.peer, v.user, v.err = a.verifyChain(r)
+		v.made, v.generation, v.until = true, gen, earliestNotAfter(r.TLS.PeerCertificates)
+	}
+	return v.peer, v.user, v.err
+}
+
+func earliestNotAfter(chain []*x509.Certificate) time.Time {
+	t := chain[0].NotAfter
+	for _, c := range chain[1:] {
+		if c.NotAfter.Before(t) {
+			t = c.NotAfter
+		}
+	}
+	return t
 }
 
 type verdictKey struct{}
@@ -151,6 +198,7 @@ func (a *callerAuth) isPeer(chain []*x509.Certificate) bool {
 	if !ok {
 		return false
 	}
+	opts.CurrentTime = a.now()
 	opts.Intermediates = x509.NewCertPool()
 	for _, c := range chain[1:] {
 		opts.Intermediates.AddCert(c)

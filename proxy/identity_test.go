@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -120,6 +121,19 @@ func (rig *identityRig) send(t *testing.T, raw string) (int, seen) {
 	rig.mu.Lock()
 	rig.got = nil
 	rig.mu.Unlock()
+	code, _, _ := rig.sendRaw(t, raw)
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	if len(rig.got) != 1 {
+		t.Fatalf("upstream saw %d requests, want 1 (answer %d)", len(rig.got), code)
+	}
+	return code, rig.got[0]
+}
+
+// sendRaw writes raw request bytes on a fresh TLS connection and returns
+// the answer.
+func (rig *identityRig) sendRaw(t *testing.T, raw string) (int, http.Header, string) {
+	t.Helper()
 	conn, err := tls.Dial("tcp", rig.addr, &tls.Config{Certificates: []tls.Certificate{rig.client}, RootCAs: rig.roots,
 		ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}})
 	if err != nil {
@@ -134,14 +148,9 @@ func (rig *identityRig) send(t *testing.T, raw string) (int, seen) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	io.Copy(io.Discard, resp.Body)
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	rig.mu.Lock()
-	defer rig.mu.Unlock()
-	if len(rig.got) != 1 {
-		t.Fatalf("upstream saw %d requests, want 1 (answer %d)", len(rig.got), resp.StatusCode)
-	}
-	return resp.StatusCode, rig.got[0]
+	return resp.StatusCode, resp.Header, string(body)
 }
 
 // Nothing a client sends over HTTP/1.1 removes or adds to the identity
@@ -190,6 +199,23 @@ func TestIdentitySurvivesHopByHopHeaders(t *testing.T) {
 			if strings.HasPrefix(http.CanonicalHeaderKey(k), "X-Remote-") && len(v) > 0 {
 				t.Errorf("%s: trailer %s=%q reached the apiserver", tc.name, k, v)
 			}
+		}
+	}
+}
+
+// Bug: with the local apiserver out of routing and no healthy peer, merged
+// /apis answered 200 with no groups, which garbage collection and namespace
+// deletion take as every resource type gone. Without the local server's
+// document there is no merged view: 503 Status.
+func TestMergedDiscoveryNeedsTheLocalDocument(t *testing.T) {
+	rig := newIdentityRig(t) // its local server was never probed: not healthy, no discovery
+	for _, path := range []string{"/apis", "/api"} {
+		raw := "GET " + path + " HTTP/1.1\nHost: 127.0.0.1\nAccept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList\n\n"
+		code, hdr, body := rig.sendRaw(t, raw)
+		var status struct{ Kind, Reason string }
+		json.Unmarshal([]byte(body), &status)
+		if code != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" || status.Kind != "Status" || status.Reason != "ServiceUnavailable" {
+			t.Errorf("merged %s without the local document: %d %q", path, code, body)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -79,8 +80,19 @@ func addsVersions(group string, local route.Capabilities, merged *discovery.Merg
 func (h *Handler) serveMerged(w http.ResponseWriter, r *http.Request, x *exchange) bool {
 	merged := h.members.Discovery().Merged
 	kind := wantsMerged(r, x.req, h.members.Table().Local.Caps, merged)
-	if kind == notMerged || !h.localAllows(w, r, x) {
-		return kind != notMerged
+	if kind == notMerged {
+		return false
+	}
+	if kind != openAPIRoot && !mergesLocal(merged, h.members.LocalID()) {
+		// Without the local server's groups the merged view would tell
+		// garbage collection and namespace deletion that they are gone:
+		// a 200 with too few groups is a false 404 in bulk.
+		x.decision = route.Decision{Route: route.Unavailable, Rule: 1, Reason: "merged discovery without the local apiserver's document"}
+		forward.Unavailable(w, r, "the local apiserver is not healthy: merged discovery would lack its groups")
+		return true
+	}
+	if !h.localAllows(w, r, x) {
+		return true
 	}
 	x.decision = route.Decision{Route: route.Merged, Rule: 1, Reason: "merged view of the healthy servers"}
 	w.Header().Set(forward.HeaderRoute, string(route.Merged))
@@ -120,6 +132,9 @@ func (h *Handler) localAllows(w http.ResponseWriter, r *http.Request, x *exchang
 	check.Header.Del("If-None-Match") // a 304 would say nothing about the caller
 	resp, err := local[0].Do(check, x.caller.User == nil, identity(x.caller, x.fromPeer))
 	if err != nil {
+		if r.Context().Err() != nil {
+			return false // the caller left: its cancellation is no server's failure
+		}
 		h.forwardFailed(local[0].ID, forward.FailConnect, err)
 		forward.Unavailable(w, r, err.Error())
 		return false
@@ -170,4 +185,10 @@ func (h *Handler) serveOpenAPIRoot(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(body)
+}
+
+// mergesLocal reports whether the merged view includes the local server's
+// document.
+func mergesLocal(m *discovery.Merged, localID string) bool {
+	return m != nil && slices.Contains(m.Servers(), localID)
 }

@@ -44,6 +44,9 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, t TLS) error {
 		Handler:           h,
 		TLSConfig:         &tls.Config{GetConfigForClient: ctrl.GetConfigForClient, NextProtos: base.NextProtos},
 		ReadHeaderTimeout: 30 * time.Second,
+		// An idle connection is closed, so no verdict on a client
+		// certificate outlives its use for long.
+		IdleTimeout: 90 * time.Second,
 		MaxHeaderBytes:    1 << 20,
 		ConnContext:       withConnVerdict,
 	}

@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skewgate/skewgate/lab"
+)
+
+// whoAmI asks the apiserver, through skewgate, who the caller is, with the
+// extra headers hdr on an HTTP/1.1 connection.
+func whoAmI(t *testing.T, hdr ...string) (string, []string) {
+	t.Helper()
+	body := []byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)
+	r := do(t, client(t, plane.PKI.Admin), http.MethodPost, via(t)+"/apis/authentication.k8s.io/v1/selfsubjectreviews", body, hdr...)
+	if r.Code != http.StatusCreated {
+		t.Fatalf("SelfSubjectReview with %v = %d: %s", hdr, r.Code, trim(r.Body))
+	}
+	var review struct {
+		Status struct {
+			UserInfo struct {
+				Username string   `json:"username"`
+				Groups   []string `json:"groups"`
+			} `json:"userInfo"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(r.Body, &review); err != nil {
+		t.Fatal(err)
+	}
+	return review.Status.UserInfo.Username, review.Status.UserInfo.Groups
+}
+
+// Bug seen on the plane: "Connection: X-Remote-Group" made the reverse
+// proxy drop the groups skewgate had set; the admin arrived without
+// system:masters.
+func TestConnectionTokensKeepIdentity(t *testing.T) {
+	wantUser, wantGroups := whoAmI(t)
+	if !slices.Contains(wantGroups, "system:masters") {
+		t.Fatalf("the lab admin is not in system:masters: %v", wantGroups)
+	}
+	for _, conn := range []string{"X-Remote-Group", "X-Remote-User, X-Remote-Group", "keep-alive, x-remote-extra-authentication.kubernetes.io%2fcredential-id"} {
+		user, groups := whoAmI(t, "Connection", conn)
+		if user != wantUser || !slices.Equal(groups, wantGroups) {
+			t.Errorf("Connection: %s: the apiserver saw %q %v, want %q %v", conn, user, groups, wantUser, wantGroups)
+		}
+	}
+}
+
+// Bug seen on the plane: an exec upgrade through skewgate lost its query,
+// so the apiserver did not see container=wrong. Through skewgate it must
+// get the answer a direct request gets.
+func TestExecUpgradeKeepsQuery(t *testing.T) {
+	admin := client(t, plane.PKI.Admin)
+	a := node(t, "node-a")
+	// The lab runs no controller-manager: the default service account the
+	// pod needs is made by hand.
+	sa := []byte(`{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default"}}`)
+	if r := do(t, admin, http.MethodPost, a.URL()+"/api/v1/namespaces/default/serviceaccounts", sa); r.Code != http.StatusCreated && r.Code != http.StatusConflict {
+		t.Fatalf("create service account: %d %s", r.Code, trim(r.Body))
+	}
+	pod := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"exec-query"},"spec":{"automountServiceAccountToken":false,"containers":[{"name":"c","image":"pause"}]}}`)
+	if r := do(t, admin, http.MethodPost, a.URL()+"/api/v1/namespaces/default/pods", pod); r.Code != http.StatusCreated && r.Code != http.StatusConflict {
+		t.Fatalf("create pod: %d %s", r.Code, trim(r.Body))
+	}
+	path := "/api/v1/namespaces/default/pods/exec-query/exec?command=ls&container=wrong&stdin=false&stdout=true"
+	hdr := []string{"Connection", "Upgrade", "Upgrade", "SPDY/3.1", "X-Stream-Protocol-Version", "v4.channel.k8s.io"}
+	direct := do(t, admin, http.MethodPost, a.URL()+path, nil, hdr...)
+	through := do(t, admin, http.MethodPost, via(t)+path, nil, hdr...)
+	if !strings.Contains(string(direct.Body), "container wrong is not valid") {
+		t.Fatalf("the apiserver's own answer changed: %d %s", direct.Code, trim(direct.Body))
+	}
+	if through.Code != direct.Code || string(through.Body) != string(direct.Body) {
+		t.Errorf("through skewgate %d %s, directly %d %s", through.Code, trim(through.Body), direct.Code, trim(direct.Body))
+	}
+}
+
+// Bug: a caller that left while skewgate asked the local apiserver whether
+// it may read merged discovery was counted as the local server's connection
+// failure, taking it out of routing; with no healthy peer, /apis then
+// answered 200 with no groups. Callers here reset their connections
+// mid-request, many times: the local server's failure count must not move.
+func TestCallerCancellationIsNoServerFailure(t *testing.T) {
+	a := node(t, "node-a")
+	before := localForwardErrors(t, a)
+	cert, err := tls.LoadX509KeyPair(plane.PKI.Admin.CertFile, plane.PKI.Admin.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(via(t))
+	for i := range 40 {
+		conn, err := tls.Dial("tcp", u.Host, &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET /apis HTTP/1.1\r\nHost: %s\r\nAccept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList\r\n\r\n", u.Host)
+		time.Sleep(time.Duration(i%8) * 250 * time.Microsecond) // leave at different points of the exchange
+		conn.NetConn().(interface{ SetLinger(int) error }).SetLinger(0)
+		conn.Close()
+	}
+	time.Sleep(200 * time.Millisecond)
+	if after := localForwardErrors(t, a); after != before {
+		t.Errorf("callers' resets counted as %v failures of the local apiserver", after-before)
+	}
+	r := do(t, client(t, plane.PKI.Admin), http.MethodGet, via(t)+"/apis", nil, "Accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+	if r.Code != http.StatusOK || !strings.Contains(string(r.Body), `"apps"`) {
+		t.Errorf("merged /apis after the resets: %d %s", r.Code, trim(r.Body))
+	}
+}
+
+var localErrorsRE = regexp.MustCompile(`(?m)^skewgate_forward_errors_total\{kind="[a-z]+",server="127\.0\.0\.1:6443"\} (\S+)$`)
+
+// localForwardErrors sums skewgate_forward_errors_total for the local
+// apiserver on node n's skewgate.
+func localForwardErrors(t *testing.T, n lab.Node) float64 {
+	t.Helper()
+	resp, err := http.Get(lab.SkewgateAdminURL(n) + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var sum float64
+	for _, m := range localErrorsRE.FindAllStringSubmatch(string(body), -1) {
+		v, _ := strconv.ParseFloat(m[1], 64)
+		sum += v
+	}
+	return sum
+}
