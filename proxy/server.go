@@ -46,9 +46,9 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, t TLS) error {
 		ReadHeaderTimeout: 30 * time.Second,
 		// An idle connection is closed, so no verdict on a client
 		// certificate outlives its use for long.
-		IdleTimeout: 90 * time.Second,
-		MaxHeaderBytes:    1 << 20,
-		ConnContext:       withConnVerdict,
+		IdleTimeout:    90 * time.Second,
+		MaxHeaderBytes: 1 << 20,
+		ConnContext:    withConnVerdict,
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
