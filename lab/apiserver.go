@@ -9,6 +9,11 @@ import (
 // scheduling.k8s.io/v1alpha2, the group/version the lab uses to show skew.
 const newAPIsMinor = 36
 
+// RequestHeaderGroupHeaders are the group headers the lab's apiservers
+// trust from a front proxy: kubeadm's, plus one more, as a cluster may have,
+// so the tests show that skewgate strips every name the apiservers trust.
+var RequestHeaderGroupHeaders = []string{"X-Remote-Group", "X-Lab-Group"}
+
 // APIServerArgs assembles kube-apiserver's flags for node n of spec.
 func APIServerArgs(spec Spec, n Node, pki *PKI) []string {
 	serving := pki.Serving[n.Name]
@@ -24,7 +29,7 @@ func APIServerArgs(spec Spec, n Node, pki *PKI) []string {
 		"--requestheader-allowed-names=" + FrontProxyClientCN,
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-uid-headers=X-Remote-Uid",
-		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-group-headers=" + strings.Join(RequestHeaderGroupHeaders, ","),
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + pki.FrontProxyClient.CertFile,
 		"--proxy-client-key-file=" + pki.FrontProxyClient.KeyFile,

@@ -53,15 +53,23 @@ func (p *Plane) SkewgateArgs(n Node, mode SkewgateMode) []string {
 			}
 		}
 		membership = "--peers=" + strings.Join(peers, ",")
+		// Without a kubeconfig skewgate cannot read the names the
+		// apiservers publish: the operator gives them, as here.
+		args := append(p.skewgateBaseArgs(n), "--requestheader-group-headers="+strings.Join(RequestHeaderGroupHeaders, ","))
+		return append(p.modeArgs(n, mode, args), membership)
 	}
-	args := p.skewgateBaseArgs(n)
+	return append(p.modeArgs(n, mode, p.skewgateBaseArgs(n)), membership)
+}
+
+// modeArgs adds mode's steering flags to args.
+func (p *Plane) modeArgs(n Node, mode SkewgateMode, args []string) []string {
 	if mode.Steering {
 		args = append(args, SteeringArgs(n)...)
 	}
 	if mode.ExemptPeers {
 		args = append(args, "--steer-exempt-peers")
 	}
-	return append(args, membership)
+	return args
 }
 
 func (p *Plane) skewgateBaseArgs(n Node) []string {

@@ -38,7 +38,7 @@ func TestAPIServerArgs(t *testing.T) {
 	newArgs := strings.Join(APIServerArgs(spec, cur, pki), " ")
 	for _, want := range []string{
 		"--advertise-address=198.18.0.1", "--authorization-mode=Node,RBAC",
-		"--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group,X-Lab-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-", "--requestheader-allowed-names=front-proxy-client",
 		"--proxy-client-cert-file=/pki/front-proxy-client.crt", "--tls-cert-file=/pki/node-a-serving.crt",
 		"--feature-gates=UnknownVersionInteroperabilityProxy=false",

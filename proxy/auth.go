@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,10 +22,6 @@ import (
 // PeerProxiedHeader marks a request one apiserver (or skewgate) proxied to
 // another; kube-apiserver 1.36 uses the same header.
 const PeerProxiedHeader = "X-Kubernetes-Peer-Proxied"
-
-// remoteHeaderPrefix covers every requestheader identity header:
-// X-Remote-User, -Uid, -Group and -Extra-*.
-const remoteHeaderPrefix = "X-Remote-"
 
 // Caller is who sent a request, as far as skewgate can tell.
 type Caller struct {
@@ -46,26 +41,36 @@ type callerAuth struct {
 	users   authenticator.Request
 	rh      RequestHeader
 	headers authenticator.Request
+	// trusted is every identity header name kube-apiserver trusts: the
+	// flags' and, when watched, the cluster's published ones.
+	trusted atomic.Pointer[HeaderNames]
 	now     func() time.Time
 	// caGeneration counts changes of either CA bundle: a verdict made
 	// under an older bundle is made again.
 	caGeneration atomic.Uint64
 }
 
-// RequestHeader configures recognising peers.
+// RequestHeader configures recognising peers and the identity headers.
 type RequestHeader struct {
 	CA           dynamiccertificates.CAContentProvider // nil: no peers
 	AllowedNames []string                              // empty: any name
+	// Names are the identity headers skewgate sets (the first of each) and
+	// reads from peers; zero: DefaultHeaderNames.
+	Names HeaderNames
 }
 
 func newCallerAuth(clientCA dynamiccertificates.CAContentProvider, rh RequestHeader) *callerAuth {
-	static := func(v ...string) headerrequest.StringSliceProvider { return headerrequest.StaticStringSlice(v) }
+	if len(rh.Names.User) == 0 {
+		rh.Names = DefaultHeaderNames()
+	}
+	n := rh.Names
 	a := &callerAuth{
 		rh:  rh,
 		now: time.Now,
-		headers: headerrequest.NewDynamic(static("X-Remote-User"), static("X-Remote-Uid"),
-			static("X-Remote-Group"), static("X-Remote-Extra-")),
+		headers: headerrequest.NewDynamic(headerrequest.StaticStringSlice(n.User), headerrequest.StaticStringSlice(n.UID),
+			headerrequest.StaticStringSlice(n.Group), headerrequest.StaticStringSlice(n.ExtraPrefix)),
 	}
+	a.trusted.Store(&n)
 	a.users = x509request.NewDynamic(func() (x509.VerifyOptions, bool) {
 		opts, ok := clientCA.VerifyOptions()
 		opts.CurrentTime = a.now()
@@ -209,13 +214,27 @@ func (a *callerAuth) isPeer(chain []*x509.Certificate) bool {
 	return len(a.rh.AllowedNames) == 0 || slices.Contains(a.rh.AllowedNames, chain[0].Subject.CommonName)
 }
 
+// Trust adds the names kube-apiserver publishes to the ones stripped from
+// clients (the flags' are always stripped).
+func (a *callerAuth) Trust(published HeaderNames) {
+	n := a.rh.Names.Union(published)
+	a.trusted.Store(&n)
+}
+
 // stripIdentity removes every identity header a client could use to claim
-// a user or a peer hop; skewgate sets them again from what it verified.
-func stripIdentity(h http.Header) {
-	for k := range h {
-		if strings.HasPrefix(http.CanonicalHeaderKey(k), remoteHeaderPrefix) {
-			delete(h, k)
-		}
+// a user or a peer hop, under any name kube-apiserver trusts, in any case;
+// skewgate sets them again from what it verified.
+func (a *callerAuth) stripIdentity(h http.Header) { a.trusted.Load().strip(h) }
+
+// setIdentity replaces whatever identity headers h has with what skewgate
+// verified: a user's certificate (or a verified peer's asserted user)
+// under the configured names, and the peer-proxied mark when mark is set.
+func (a *callerAuth) setIdentity(h http.Header, c Caller, mark bool) {
+	a.stripIdentity(h)
+	if c.User != nil {
+		a.rh.Names.set(h, c.User)
 	}
-	h.Del(PeerProxiedHeader)
+	if mark {
+		h.Set(PeerProxiedHeader, "true")
+	}
 }

@@ -35,7 +35,7 @@ func TestSetIdentityStripsForgedHeaders(t *testing.T) {
 		for k, v := range forged {
 			r.Header[k] = []string{v} // raw keys: a client need not canonicalize
 		}
-		setIdentity(r.Header, tc.caller, tc.fromPeer)
+		newCallerAuth(&swapCA{}, RequestHeader{}).setIdentity(r.Header, tc.caller, tc.fromPeer)
 		for k := range r.Header {
 			if !slices.Equal(r.Header[k], tc.want[k]) {
 				t.Errorf("%s: header %s = %q, want %q", tc.name, k, r.Header[k], tc.want[k])
@@ -45,6 +45,36 @@ func TestSetIdentityStripsForgedHeaders(t *testing.T) {
 			if len(r.Header[k]) == 0 {
 				t.Errorf("%s: header %s missing", tc.name, k)
 			}
+		}
+	}
+}
+
+// Bug: the names were hard-coded to X-Remote-*. kube-apiserver unions groups
+// across every name it trusts, so a name skewgate did not strip let a
+// certificate user add system:masters under skewgate's front-proxy
+// certificate.
+func TestStripsEveryTrustedName(t *testing.T) {
+	a := newCallerAuth(&swapCA{}, RequestHeader{Names: HeaderNames{
+		User: []string{"X-Front-User", "X-Remote-User"}, UID: []string{"X-Front-Uid"},
+		Group: []string{"X-Front-Group", "X-Remote-Group"}, ExtraPrefix: []string{"X-Front-Extra-", "X-Remote-Extra-"},
+	}})
+	a.Trust(HeaderNames{Group: []string{"X-Lab-Group"}, ExtraPrefix: []string{"X-Lab-Extra-"}}) // what the cluster publishes
+	h := http.Header{}
+	for _, k := range []string{"x-lab-group", "X-LAB-GROUP", "X-Remote-Group", "x-front-group", "X-Remote-User", "X-Lab-Extra-Scopes",
+		"x-front-extra-foo", "X-Front-Uid", "X-Kubernetes-Peer-Proxied"} {
+		h[k] = []string{"system:masters", "again"} // raw keys, repeated values
+	}
+	h.Set("Authorization", "Bearer t")
+	u := &user.DefaultInfo{Name: "alice", UID: "42", Groups: []string{"dev"}, Extra: map[string][]string{"scopes": {"read"}}}
+	a.setIdentity(h, Caller{User: u}, false)
+	want := http.Header{"Authorization": {"Bearer t"}, "X-Front-User": {"alice"}, "X-Front-Uid": {"42"},
+		"X-Front-Group": {"dev"}, "X-Front-Extra-Scopes": {"read"}}
+	if len(h) != len(want) {
+		t.Errorf("headers after setIdentity: %v, want %v", h, want)
+	}
+	for k, v := range want {
+		if !slices.Equal(h[k], v) {
+			t.Errorf("%s = %q, want %q (all: %v)", k, h[k], v, h)
 		}
 	}
 }

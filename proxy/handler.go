@@ -16,7 +16,6 @@ import (
 	"github.com/google/uuid"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
-	"k8s.io/client-go/transport"
 
 	"github.com/skewgate/skewgate/proxy/forward"
 	"github.com/skewgate/skewgate/proxy/membership"
@@ -62,7 +61,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 	}
 	x.caller = caller
 	x.fromPeer = caller.Peer && r.Header.Get(PeerProxiedHeader) == "true"
-	stripIdentity(r.Header)
+	h.auth.stripIdentity(r.Header)
 
 	req, err := h.classifier.Classify(r)
 	if err != nil {
@@ -101,7 +100,7 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 		Idempotent:  x.req.Idempotent(),
 		Failed:      h.forwardFailed,
 		Anonymous:   x.caller.User == nil,
-		SetIdentity: identity(x.caller, x.fromPeer || d.Route == route.Peer),
+		SetIdentity: h.identity(x.caller, x.fromPeer || d.Route == route.Peer),
 	})
 }
 
@@ -117,19 +116,13 @@ func (h *Handler) forwardFailed(id string, kind forward.FailureKind, err error) 
 // user's certificate becomes X-Remote-* headers, a peer's asserted user
 // passes on), and the peer-proxied mark is set when mark is: for a verified
 // peer's marked request, and for every request skewgate sends to a peer.
-func identity(c Caller, mark bool) func(http.Header) {
-	return func(h http.Header) { setIdentity(h, c, mark) }
+func (h *Handler) identity(c Caller, mark bool) func(http.Header) {
+	return func(hdr http.Header) { h.auth.setIdentity(hdr, c, mark) }
 }
 
-func setIdentity(h http.Header, c Caller, mark bool) {
-	stripIdentity(h)
-	if c.User != nil {
-		transport.SetAuthProxyHeaders(&http.Request{Header: h}, c.User.GetName(), c.User.GetUID(), c.User.GetGroups(), c.User.GetExtra())
-	}
-	if mark {
-		h.Set(PeerProxiedHeader, "true")
-	}
-}
+// TrustHeaderNames adds the identity header names kube-apiserver publishes
+// to those stripped from every client request.
+func (h *Handler) TrustHeaderNames(published HeaderNames) { h.auth.Trust(published) }
 
 // propagateAuditID keeps the client's Audit-ID, or makes one, so the audit
 // logs of every server a request touches correlate. The apiserver echoes it

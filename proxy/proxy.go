@@ -22,6 +22,10 @@ type Config struct {
 	// RequestHeaderAllowedNames are the common names of trusted peers'
 	// front-proxy certificates (empty: any the CA signed).
 	RequestHeaderAllowedNames []string
+	// HeaderNames are kube-apiserver's --requestheader-*-headers: the
+	// identity headers skewgate sets and strips. With a Kubeconfig the
+	// names the cluster publishes are stripped too.
+	HeaderNames HeaderNames
 	LocalAPIServer            string   // URL, on an address that is not steered
 	Peers                     []string // URLs
 	// Kubeconfig finds peers in the cluster; empty: only Peers.
@@ -74,7 +78,7 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 		p.Members.KeepState(ctx, cfg.StateFile, cfg.Log)
 	}
 	reg.MustRegister(p.Members)
-	rh := RequestHeader{CA: certs.RequestHeaderCA, AllowedNames: cfg.RequestHeaderAllowedNames}
+	rh := RequestHeader{CA: certs.RequestHeaderCA, AllowedNames: cfg.RequestHeaderAllowedNames, Names: cfg.HeaderNames}
 	p.handler = NewHandler(p.Members, certs.ClientCA, rh, NewMetrics(reg))
 	return p, nil
 }
@@ -92,13 +96,24 @@ func (p *Proxy) Probe(dial, steered netip.AddrPort) func(context.Context) error 
 }
 
 // Start probes every member and, with a kubeconfig, follows the cluster's
-// apiservers; it returns once they are listed, or why they cannot be.
+// apiservers and the identity headers they trust; it returns once both are
+// read, or why they cannot be.
 func (p *Proxy) Start(ctx context.Context) error {
 	go p.Members.Run(ctx)
 	if p.cfg.Kubeconfig == "" {
 		return nil
 	}
-	return p.Members.WatchKubeconfig(ctx, p.cfg.Kubeconfig, p.cfg.UserAgent, p.peers, p.cfg.Log)
+	client, err := clusterClient(p.cfg.Kubeconfig, p.cfg.UserAgent)
+	if err != nil {
+		return err
+	}
+	if err := p.watchHeaderNames(ctx, client); err != nil {
+		return fmt.Errorf("--kubeconfig %s: %w", p.cfg.Kubeconfig, err)
+	}
+	if err := p.Members.WatchClusterSynced(ctx, client, p.peers, p.cfg.Log); err != nil {
+		return fmt.Errorf("--kubeconfig %s: %w", p.cfg.Kubeconfig, err)
+	}
+	return nil
 }
 
 // Serve serves clients on ln until ctx ends, then saves the state file.
@@ -115,7 +130,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 // Validate reports every missing or invalid setting at once, each naming
 // its flag.
 func (c Config) Validate() []error {
-	errs := c.Certs.Validate()
+	errs := append(c.Certs.Validate(), c.HeaderNames.Validate()...)
 	if c.LocalAPIServer == "" {
 		errs = append(errs, errors.New("--local-apiserver is required"))
 	} else if _, _, err := membership.ParseServers(c.LocalAPIServer, nil); err != nil {

@@ -41,7 +41,7 @@ func newRunCmd() *cobra.Command {
 	o := &runOptions{bindAddress: "0.0.0.0", securePort: 16443, adminAddr: "127.0.0.1:16444",
 		logging: logsapi.NewLoggingConfiguration()}
 	o.proxy = proxy.Config{RefreshInterval: 10 * time.Second, RequestHeaderAllowedNames: []string{"front-proxy-client"},
-		StateFile: "/var/lib/skewgate/state.json"}
+		StateFile: "/var/lib/skewgate/state.json", HeaderNames: proxy.DefaultHeaderNames()}
 	o.node = agent.NodeConfig{PinPath: "/sys/fs/bpf/skewgate"}
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -81,6 +81,10 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.StringVar(&o.proxy.Certs.ClientCA, "client-ca-file", "", "CA bundle verifying client certificates, as kube-apiserver's (required)")
 	f.StringVar(&o.proxy.Certs.RequestHeaderCA, "requestheader-client-ca-file", "", "CA bundle verifying peers' front-proxy certificates; without it no peer is trusted")
 	f.StringSliceVar(&o.proxy.RequestHeaderAllowedNames, "requestheader-allowed-names", o.proxy.RequestHeaderAllowedNames, "common names of trusted peers' front-proxy certificates (empty: any)")
+	f.StringSliceVar(&o.proxy.HeaderNames.User, "requestheader-username-headers", o.proxy.HeaderNames.User, "kube-apiserver's: the user headers skewgate sets (the first) and strips from clients (all)")
+	f.StringSliceVar(&o.proxy.HeaderNames.UID, "requestheader-uid-headers", o.proxy.HeaderNames.UID, "kube-apiserver's: the UID headers skewgate sets (the first) and strips (all)")
+	f.StringSliceVar(&o.proxy.HeaderNames.Group, "requestheader-group-headers", o.proxy.HeaderNames.Group, "kube-apiserver's: the group headers skewgate sets (the first) and strips (all); with --kubeconfig, every name in kube-system/extension-apiserver-authentication is stripped too")
+	f.StringSliceVar(&o.proxy.HeaderNames.ExtraPrefix, "requestheader-extra-headers-prefix", o.proxy.HeaderNames.ExtraPrefix, "kube-apiserver's: the extra header prefixes skewgate sets (the first) and strips (all)")
 	f.StringVar(&o.proxy.Certs.ProxyClientCert, "proxy-client-cert-file", "", "front-proxy client certificate presented to apiservers (required)")
 	f.StringVar(&o.proxy.Certs.ProxyClientKey, "proxy-client-key-file", "", "key of --proxy-client-cert-file (required)")
 

@@ -136,3 +136,22 @@ func localForwardErrors(t *testing.T, n lab.Node) float64 {
 	}
 	return sum
 }
+
+// Bug: skewgate stripped only X-Remote-*. The lab's apiservers also trust
+// X-Lab-Group (published in kube-system/extension-apiserver-authentication,
+// which node-a's skewgate reads), and kube-apiserver unions groups across
+// every trusted name: a certificate user sending X-Lab-Group must not
+// become system:masters.
+func TestEveryTrustedIdentityHeaderStripped(t *testing.T) {
+	user := client(t, plane.PKI.User)
+	body := []byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)
+	for _, forged := range [][]string{{"X-Lab-Group", "system:masters"}, {"x-lab-group", "system:masters"}, {"X-LAB-GROUP", "system:masters", "X-Lab-Group", "system:masters"}} {
+		r := do(t, user, http.MethodPost, via(t)+"/apis/authentication.k8s.io/v1/selfsubjectreviews", body, forged...)
+		if r.Code != http.StatusCreated || strings.Contains(string(r.Body), "system:masters") {
+			t.Errorf("lab-user with %v: %d %s", forged, r.Code, trim(r.Body))
+		}
+		if r := do(t, user, http.MethodGet, via(t)+"/api/v1/namespaces/kube-system/secrets", nil, forged...); r.Code != http.StatusForbidden {
+			t.Errorf("lab-user with %v listed secrets: %d", forged, r.Code)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -18,7 +19,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // kubernetesService labels the EndpointSlices kube-apiservers keep their
@@ -152,19 +152,8 @@ func LocalAddrs() (func(netip.Addr) bool, error) {
 	return func(ip netip.Addr) bool { return own[ip.Unmap()] }, nil
 }
 
-// WatchKubeconfig is WatchCluster through the cluster that kubeconfig
-// names, as userAgent, bounding the initial sync to 30 s. Empty kubeconfig
-// means in-cluster config.
-func (m *Members) WatchKubeconfig(ctx context.Context, kubeconfig, userAgent string, static []*url.URL, log *slog.Logger) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return fmt.Errorf("--kubeconfig: %w", err)
-	}
-	cfg.UserAgent = userAgent
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("--kubeconfig: %w", err)
-	}
+// WatchClusterSynced is WatchCluster bounding the initial sync to 30 s.
+func (m *Members) WatchClusterSynced(ctx context.Context, client kubernetes.Interface, static []*url.URL, log *slog.Logger) error {
 	self, err := LocalAddrs()
 	if err != nil {
 		return err
@@ -176,11 +165,8 @@ func (m *Members) WatchKubeconfig(ctx context.Context, kubeconfig, userAgent str
 	go func() { synced <- m.WatchCluster(ctx, client, static, self, log) }()
 	select {
 	case err := <-synced:
-		if err != nil {
-			return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
-		}
-		return nil
+		return err
 	case <-sctx.Done():
-		return fmt.Errorf("--kubeconfig %s: the cluster's apiservers not synced within 30s", kubeconfig)
+		return errors.New("the cluster's apiservers not synced within 30s")
 	}
 }
