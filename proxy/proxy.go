@@ -25,9 +25,9 @@ type Config struct {
 	// HeaderNames are kube-apiserver's --requestheader-*-headers: the
 	// identity headers skewgate sets and strips. With a Kubeconfig the
 	// names the cluster publishes are stripped too.
-	HeaderNames HeaderNames
-	LocalAPIServer            string   // URL, on an address that is not steered
-	Peers                     []string // URLs
+	HeaderNames    HeaderNames
+	LocalAPIServer string   // URL, on an address that is not steered
+	Peers          []string // URLs
 	// Kubeconfig finds peers in the cluster; empty: only Peers.
 	Kubeconfig      string
 	RefreshInterval time.Duration
