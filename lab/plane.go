@@ -293,6 +293,25 @@ func (p *Plane) KillNode(name string) error {
 	return nil
 }
 
+// FreezeNode stops node name's kube-apiserver with SIGSTOP: a hung server
+// whose kernel still holds its connections open but answers nothing on
+// them, like a black-holed peer. ThawNode resumes it.
+func (p *Plane) FreezeNode(name string) error { return p.signalNode(name, syscall.SIGSTOP) }
+
+// ThawNode resumes a frozen node's kube-apiserver (SIGCONT).
+func (p *Plane) ThawNode(name string) error { return p.signalNode(name, syscall.SIGCONT) }
+
+func (p *Plane) signalNode(name string, sig syscall.Signal) error {
+	proc, ok := p.State.Proc(name)
+	if !ok {
+		return fmt.Errorf("no process for node %s", name)
+	}
+	if err := syscall.Kill(proc.PID, sig); err != nil {
+		return fmt.Errorf("signal %s %s: %w", sig, name, err)
+	}
+	return nil
+}
+
 // AddNode adds a node running kube-apiserver version to the running plane,
 // on the next free address, and waits until it is ready. The version must
 // be one the plane was built with.

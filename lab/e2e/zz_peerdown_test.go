@@ -10,6 +10,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/proxy/admin"
@@ -27,6 +28,51 @@ func TestZPeerDown(t *testing.T) {
 	})
 	t.Run("skewgate restarts while node-b is down", restartWhilePeerDown)
 	t.Run("skewgate restarts after node-b left", restartAfterPeerLeft)
+	t.Run("a hung peer's watches end", hungPeerEndsWatches)
+}
+
+// hungPeerEndsWatches freezes node-b (SIGSTOP: its connections stay open,
+// nothing answers on them). Bug: a watch through it hung until TCP gave
+// up, minutes later; the client must instead see its watch end once node-b
+// leaves routing, and re-list elsewhere.
+func hungPeerEndsWatches(t *testing.T) {
+	c, sg := client(t, plane.PKI.Admin), via(t)
+	pollUntil(t, c, sg+workloadsPath, http.StatusOK, 15*time.Second)
+	dyn, err := dynamic.NewForConfig(restConfig(t, sg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w, err := dyn.Resource(workloadsGVR).Namespace("default").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("watch through skewgate: %v", err)
+	}
+	defer w.Stop()
+	if err := plane.FreezeNode("node-b"); err != nil {
+		t.Fatal(err)
+	}
+	frozen := time.Now()
+	defer func() {
+		if err := plane.ThawNode("node-b"); err != nil {
+			t.Error(err)
+		}
+		pollUntil(t, c, sg+workloadsPath, http.StatusOK, 30*time.Second)
+	}()
+	for {
+		select {
+		case _, ok := <-w.ResultChan():
+			if !ok {
+				t.Logf("the watch through the frozen node-b ended %s after the freeze", time.Since(frozen).Round(time.Millisecond))
+				if d := time.Since(frozen); d > 30*time.Second {
+					t.Errorf("the watch ended only %s after node-b froze", d)
+				}
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("the watch through the frozen node-b still hangs after 2 minutes")
+		}
+	}
 }
 
 // restartAfterPeerLeft restarts node-a's skewgate (finding peers in the

@@ -5,6 +5,7 @@
 package forward
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -39,6 +40,7 @@ type Backend struct {
 	// exactly that: an anonymous client (a load balancer probing /readyz)
 	// must reach the apiserver as anonymous, as it would directly.
 	anonymous *http.Transport
+	conns     *connSet
 }
 
 // DialTimeout bounds connecting to an apiserver: a dead peer must not hold
@@ -50,13 +52,26 @@ const DialTimeout = 2 * time.Second
 func NewBackend(id string, u *url.URL, trust Trust) *Backend {
 	anon := trust
 	anon.ClientCert = nil
-	return &Backend{ID: id, URL: u, transport: newTransport(u, trust), anonymous: newTransport(u, anon)}
+	conns := &connSet{open: map[net.Conn]struct{}{}}
+	tr, anonTr := newTransport(u, trust), newTransport(u, anon)
+	tr.DialContext, anonTr.DialContext = conns.dial(tr.DialContext), conns.dial(anonTr.DialContext)
+	return &Backend{ID: id, URL: u, transport: tr, anonymous: anonTr, conns: conns}
 }
+
+// HTTP/2 health checks: a connection that received nothing for
+// pingAfter is pinged, and closed when no answer comes within pingTimeout,
+// so a watch through a black-holed apiserver ends within seconds, not when
+// TCP gives up minutes later, and its client re-lists elsewhere.
+var (
+	pingAfter   = 10 * time.Second
+	pingTimeout = 5 * time.Second
+)
 
 func newTransport(u *url.URL, trust Trust) *http.Transport {
 	dialer := &net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		Proxy:               nil, // apiservers are reached directly, never via $HTTPS_PROXY
+		HTTP2:               &http.HTTP2Config{SendPingTimeout: pingAfter, PingTimeout: pingTimeout},
 		DialContext:         dialer.DialContext,
 		TLSClientConfig:     tlsConfig(u.Hostname(), trust),
 		TLSHandshakeTimeout: 5 * time.Second,
@@ -78,10 +93,68 @@ func (b *Backend) transportFor(anonymous bool) *http.Transport {
 // (probes, discovery).
 func (b *Backend) Transport() http.RoundTripper { return b.transport }
 
-// CloseIdle drops the backend's idle connections, e.g. when it leaves.
+// CloseIdle drops the backend's idle connections.
 func (b *Backend) CloseIdle() {
 	b.transport.CloseIdleConnections()
 	b.anonymous.CloseIdleConnections()
+}
+
+// CloseAll closes every connection to the backend, busy ones included:
+// when a server leaves routing, the watches and long requests through it
+// end at once, cleanly for their clients, which re-list elsewhere.
+func (b *Backend) CloseAll() {
+	b.CloseIdle()
+	b.conns.closeAll()
+}
+
+// connSet tracks a backend's open connections.
+type connSet struct {
+	mu   sync.Mutex
+	open map[net.Conn]struct{}
+}
+
+type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+func (s *connSet) dial(next dialFunc) dialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		tc := &trackedConn{Conn: c, set: s}
+		s.mu.Lock()
+		s.open[tc] = struct{}{}
+		s.mu.Unlock()
+		return tc, nil
+	}
+}
+
+func (s *connSet) closeAll() {
+	s.mu.Lock()
+	conns := make([]net.Conn, 0, len(s.open))
+	for c := range s.open {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// trackedConn leaves its set when closed.
+type trackedConn struct {
+	net.Conn
+	set  *connSet
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.set.mu.Lock()
+		delete(c.set.open, c)
+		c.set.mu.Unlock()
+	})
+	return c.Conn.Close()
 }
 
 // tlsConfig verifies the server against the current CA bundle on every

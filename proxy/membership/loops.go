@@ -27,6 +27,7 @@ func (m *Members) probeLoop(ctx context.Context, s *server, c *http.Client) {
 		}
 		if s.observe(time.Since(start), err, start) {
 			m.logHealth(s.status())
+			m.endStreamsIfOut(s)
 			if s.status().Healthy {
 				m.mu.Lock()
 				kick(m.kicks[s.backend.ID])
@@ -123,4 +124,14 @@ func diffGroupVersions(before, after []schema.GroupVersion) (appeared, vanished 
 		}
 	}
 	return appeared, vanished
+}
+
+// endStreamsIfOut closes every connection to a peer that left routing
+// (unhealthy or departed): watches through it end now, not when TCP gives
+// up, so their clients re-list from a server that answers. The local
+// server's connections stay: it is the only one for what only it serves.
+func (m *Members) endStreamsIfOut(s *server) {
+	if st := s.status(); !s.local && (!st.Healthy || st.Departed != nil) {
+		s.backend.CloseAll()
+	}
 }

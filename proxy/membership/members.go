@@ -179,6 +179,7 @@ func (m *Members) ConnFailed(id string, err error) {
 	m.mu.Unlock()
 	if ok && s.connFailed(err) {
 		m.cfg.Log.Warn("apiserver unhealthy: connection failed", "server", id, "err", err)
+		m.endStreamsIfOut(s)
 		m.publish()
 	}
 }

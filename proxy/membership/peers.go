@@ -38,6 +38,7 @@ func (m *Members) SetPeers(peers []*url.URL) {
 	for id, s := range m.servers {
 		if _, ok := want[id]; !ok && !s.local && s.status().Departed == nil {
 			s.setDeparted(now)
+			m.endStreamsIfOut(s)
 			m.cfg.Log.Warn("peer apiserver departed: what it served answers 503, not 404, for the grace", "server", id, "grace", m.cfg.DepartGrace)
 		}
 	}
@@ -57,7 +58,7 @@ func (m *Members) forgetDeparted(now time.Time) {
 		if s.stop != nil {
 			s.stop()
 		}
-		s.backend.CloseIdle()
+		s.backend.CloseAll()
 		delete(m.servers, id)
 		delete(m.kicks, id)
 		gone = append(gone, id)
