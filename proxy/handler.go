@@ -40,8 +40,15 @@ func NewHandler(members *membership.Members, clientCA dynamiccertificates.CACont
 type exchange struct {
 	req      route.Request
 	decision route.Decision
-	caller   Caller
-	fromPeer bool
+	caller Caller
+	// marked: the request carries the peer-proxied mark. Every request
+	// skewgate sends to a peer carries it (set last, in the round
+	// tripper, whoever the caller), and a marked request is always
+	// answered locally: so a request crosses at most one skewgate-to-peer
+	// hop, bearer-token and anonymous ones too, whose forwarded copies no
+	// peer could verify. A client that forges the mark only forces the
+	// answer of the server it reached, which it could ask directly.
+	marked bool
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -60,7 +67,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 		return
 	}
 	x.caller = caller
-	x.fromPeer = caller.Peer && r.Header.Get(PeerProxiedHeader) == "true"
+	x.marked = r.Header.Get(PeerProxiedHeader) == "true"
 	h.auth.stripIdentity(r.Header)
 
 	req, err := h.classifier.Classify(r)
@@ -69,10 +76,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 		return
 	}
 	x.req = req
-	if !x.fromPeer && h.serveMerged(w, r, x) {
+	if !x.marked && h.serveMerged(w, r, x) {
 		return
 	}
-	x.decision = route.Decide(req, h.members.Table(), x.fromPeer, clientKey(r, caller))
+	x.decision = route.Decide(req, h.members.Table(), x.marked, clientKey(r, caller))
 	h.dispatch(w, r, x)
 }
 
@@ -100,7 +107,7 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 		Idempotent:  x.req.Idempotent(),
 		Failed:      h.forwardFailed,
 		Anonymous:   x.caller.User == nil,
-		SetIdentity: h.identity(x.caller, x.fromPeer || d.Route == route.Peer),
+		SetIdentity: h.identity(x.caller, x.marked || d.Route == route.Peer),
 	})
 }
 

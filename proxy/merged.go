@@ -130,7 +130,7 @@ func (h *Handler) localAllows(w http.ResponseWriter, r *http.Request, x *exchang
 	}
 	check := r.Clone(r.Context())
 	check.Header.Del("If-None-Match") // a 304 would say nothing about the caller
-	resp, err := local[0].Do(check, x.caller.User == nil, h.identity(x.caller, x.fromPeer))
+	resp, err := local[0].Do(check, x.caller.User == nil, h.identity(x.caller, x.marked))
 	if err != nil {
 		if r.Context().Err() != nil {
 			return false // the caller left: its cancellation is no server's failure

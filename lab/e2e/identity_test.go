@@ -155,3 +155,20 @@ func TestEveryTrustedIdentityHeaderStripped(t *testing.T) {
 		}
 	}
 }
+
+// Bug: only certificate callers' forwarded requests carried a mark the next
+// skewgate honoured; a bearer-token or anonymous request forwarded to a peer
+// was routed again there, and two skewgates with mutually stale discovery
+// could bounce it. Every forwarded request now carries the mark and every
+// marked request is answered locally, whoever sent it: one hop at most.
+func TestMarkedRequestsAnsweredLocallyWhoeverSends(t *testing.T) {
+	anon := client(t, lab.KeyPair{})
+	r := do(t, anon, http.MethodGet, via(t)+workloadsPath, nil)
+	if got := r.Header.Get("X-Skewgate-Route"); got != "peer" {
+		t.Errorf("an anonymous list of workloads went %q, want peer", got)
+	}
+	r = do(t, anon, http.MethodGet, via(t)+workloadsPath, nil, "X-Kubernetes-Peer-Proxied", "true")
+	if got := r.Header.Get("X-Skewgate-Route"); got != "local" {
+		t.Errorf("an anonymous marked list of workloads went %q, want local (rule 2)", got)
+	}
+}

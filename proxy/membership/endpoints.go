@@ -110,6 +110,12 @@ func (m *Members) WatchCluster(ctx context.Context, client kubernetes.Interface,
 func endpointURLs(slices []*discoveryv1.EndpointSlice, self func(netip.Addr) bool) []*url.URL {
 	var out []*url.URL
 	for _, s := range slices {
+		// kube-apiserver's endpoint reconciler keeps exactly one slice,
+		// named after the service: another slice that merely carries the
+		// service-name label was written by someone else.
+		if s.Name != kubernetesService {
+			continue
+		}
 		port := httpsPort(s)
 		for _, ep := range s.Endpoints {
 			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"net/url"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -37,7 +38,7 @@ func canListIdentityLeases(ctx context.Context, client kubernetes.Interface) err
 func leaseURLs(leases []*coordinationv1.Lease, self func(netip.Addr) bool, now time.Time) []*url.URL {
 	var out []*url.URL
 	for _, l := range leases {
-		if l.Spec.RenewTime == nil || now.Sub(l.Spec.RenewTime.Time) > identityLeaseStale {
+		if l.Spec.RenewTime == nil || now.Sub(l.Spec.RenewTime.Time) > identityLeaseStale || !apiserverManaged(l) {
 			continue
 		}
 		ap, err := netip.ParseAddrPort(l.Annotations[corev1.AnnotationPeerAdvertiseAddress])
@@ -47,4 +48,14 @@ func leaseURLs(leases []*coordinationv1.Lease, self func(netip.Addr) bool, now t
 		out = append(out, &url.URL{Scheme: "https", Host: ap.String()})
 	}
 	return out
+}
+
+// apiserverManaged reports whether a lease has the shape kube-apiserver
+// gives its identity lease: named apiserver-<hash of its hostname>, held by
+// <name>_<uuid>, labelled with its hostname. Anyone who may write leases in
+// kube-system can still forge that shape (docs/security.md); what it keeps
+// out is a lease that merely carries the label, and maxPeers bounds the rest.
+func apiserverManaged(l *coordinationv1.Lease) bool {
+	return strings.HasPrefix(l.Name, "apiserver-") && l.Spec.HolderIdentity != nil &&
+		strings.HasPrefix(*l.Spec.HolderIdentity, l.Name+"_") && l.Labels[corev1.LabelHostname] != ""
 }

@@ -5,6 +5,11 @@ import (
 	"time"
 )
 
+// maxPeers bounds the peers followed: each costs probes, discovery
+// fetches and connections, and a writer of leases or EndpointSlices must
+// not make skewgate follow thousands.
+const maxPeers = 32
+
 // SetPeers makes the peer set equal to peers (static and discovered ones
 // together). New servers are probed at once. A server that is no longer
 // listed is departed: never routed to, but for DepartGrace what it served
@@ -16,6 +21,10 @@ func (m *Members) SetPeers(peers []*url.URL) {
 	for _, u := range peers {
 		if id := ID(u); id != m.localID {
 			want[id] = u
+		}
+		if len(want) == maxPeers {
+			m.cfg.Log.Error("more apiservers listed than skewgate follows: the rest are ignored", "max", maxPeers, "listed", len(peers))
+			break
 		}
 	}
 	now := time.Now()

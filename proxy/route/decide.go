@@ -71,11 +71,11 @@ type Decision struct {
 // Decide applies the routing contract (DESIGN.md, "Routing rules") to a
 // classified request. clientKey identifies the client (its user or
 // address) so that its watches stick to one server while the set of
-// capable servers is stable. A request proxied by a verified peer has
-// fromPeer set and is always local: one hop, never a loop.
-func Decide(req Request, t *Table, fromPeer bool, clientKey string) Decision {
-	if fromPeer {
-		return local(t, 2, "proxied by a verified peer: answered locally, never proxied twice")
+// capable servers is stable. A request that carries the peer-proxied mark
+// has marked set and is always local: one hop, never a loop.
+func Decide(req Request, t *Table, marked bool, clientKey string) Decision {
+	if marked {
+		return local(t, 2, "marked as proxied by a peer: answered locally, never proxied twice")
 	}
 	serves, what := capability(req)
 	if serves == nil {
