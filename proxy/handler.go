@@ -40,7 +40,7 @@ func NewHandler(members *membership.Members, clientCA dynamiccertificates.CACont
 type exchange struct {
 	req      route.Request
 	decision route.Decision
-	caller Caller
+	caller   Caller
 	// marked: the request carries the peer-proxied mark. Every request
 	// skewgate sends to a peer carries it (set last, in the round
 	// tripper, whoever the caller), and a marked request is always
