@@ -8,6 +8,7 @@
 package proxy
 
 import (
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -63,7 +64,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 	propagateAuditID(r)
 	caller, err := h.auth.authenticate(r)
 	if err != nil {
-		reject(w, r, apierrors.NewUnauthorized(err.Error()))
+		// The x509 detail stays in the log: a caller that cannot
+		// authenticate learns nothing of the CA, as with kube-apiserver.
+		slog.Debug("client certificate rejected", "remote", r.RemoteAddr, "err", err)
+		reject(w, r, apierrors.NewUnauthorized("Unauthorized"))
 		return
 	}
 	x.caller = caller
@@ -108,10 +112,13 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 		Failed:      h.forwardFailed,
 		Anonymous:   x.caller.User == nil,
 		SetIdentity: h.identity(x.caller, x.marked || d.Route == route.Peer),
+		ShowErrors:  x.caller.User != nil,
+		LongRunning: x.req.Watch(),
 	})
 }
 
 func (h *Handler) forwardFailed(id string, kind forward.FailureKind, err error) {
+	slog.Debug("forward failed", "server", id, "kind", string(kind), "err", err)
 	h.metrics.fwdErrors.WithLabelValues(id, string(kind)).Inc()
 	if kind == forward.FailConnect {
 		h.members.ConnFailed(id, err)

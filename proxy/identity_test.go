@@ -46,7 +46,7 @@ type identityRig struct {
 	got    []seen
 }
 
-func newIdentityRig(t *testing.T) *identityRig {
+func newIdentityRig(t *testing.T, policy ...TLS) *identityRig {
 	rig := &identityRig{}
 	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -106,7 +106,12 @@ func newIdentityRig(t *testing.T) *identityRig {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { Serve(ctx, ln, h, TLS{Serving: serving, ClientCAs: clientCA}); close(done) }()
+	var tp TLS
+	if len(policy) > 0 {
+		tp = policy[0]
+	}
+	tp.Serving, tp.ClientCAs = serving, clientCA
+	go func() { Serve(ctx, ln, h, tp); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	rig.addr = ln.Addr().String()
 	return rig
@@ -222,5 +227,19 @@ func TestMergedDiscoveryNeedsTheLocalDocument(t *testing.T) {
 		if code != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" || status.Kind != "Status" || status.Reason != "ServiceUnavailable" {
 			t.Errorf("merged %s without the local document: %d %q", path, code, body)
 		}
+	}
+}
+
+// The cluster's TLS policy holds on skewgate's listener, and oversized
+// headers are refused with 431 as kube-apiserver refuses them.
+func TestServingLimits(t *testing.T) {
+	rig := newIdentityRig(t, TLS{MinVersion: tls.VersionTLS13})
+	_, err := tls.Dial("tcp", rig.addr, &tls.Config{RootCAs: rig.roots, ServerName: "127.0.0.1", MaxVersion: tls.VersionTLS12})
+	if err == nil {
+		t.Error("a TLS 1.2 client was served under --tls-min-version=VersionTLS13")
+	}
+	raw := "GET /version HTTP/1.1\nHost: 127.0.0.1\nX-Big: " + strings.Repeat("a", 2<<20) + "\n\n"
+	if code, _, _ := rig.sendRaw(t, raw); code != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a 2 MiB header got %d, want 431", code)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 
@@ -108,7 +109,7 @@ func (h *Handler) serveMerged(w http.ResponseWriter, r *http.Request, x *exchang
 		g, _ := merged.LegacyGroup(x.req.GV.Group)
 		discovery.ServeLegacyGroup(w, r, g)
 	case openAPIRoot:
-		h.serveOpenAPIRoot(w, r)
+		h.serveOpenAPIRoot(w, r, x)
 	}
 	result := "miss"
 	if rec.status() == http.StatusNotModified {
@@ -136,7 +137,7 @@ func (h *Handler) localAllows(w http.ResponseWriter, r *http.Request, x *exchang
 			return false // the caller left: its cancellation is no server's failure
 		}
 		h.forwardFailed(local[0].ID, forward.FailConnect, err)
-		forward.Unavailable(w, r, err.Error())
+		unavailable(w, r, x, err.Error())
 		return false
 	}
 	defer resp.Body.Close()
@@ -158,15 +159,15 @@ func (h *Handler) localAllows(w http.ResponseWriter, r *http.Request, x *exchang
 // healthy peers', so clients find peer-only group-versions. A peer whose
 // root cannot be read or parsed is left out; without the local root there
 // is nothing to merge into and the caller gets a 503.
-func (h *Handler) serveOpenAPIRoot(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) serveOpenAPIRoot(w http.ResponseWriter, r *http.Request, x *exchange) {
 	localDoc, peerDocs, err := h.members.FetchAll(r.Context(), "/openapi/v3")
 	if err != nil {
-		forward.Unavailable(w, r, "local openapi root: "+err.Error())
+		unavailable(w, r, x, "local openapi root: "+err.Error())
 		return
 	}
 	localRoot, err := discovery.ParseOpenAPIRoot(localDoc)
 	if err != nil {
-		forward.Unavailable(w, r, "local "+err.Error())
+		unavailable(w, r, x, "local "+err.Error())
 		return
 	}
 	roots := []*discovery.OpenAPIRoot{localRoot}
@@ -191,4 +192,15 @@ func (h *Handler) serveOpenAPIRoot(w http.ResponseWriter, r *http.Request) {
 // document.
 func mergesLocal(m *discovery.Merged, localID string) bool {
 	return m != nil && slices.Contains(m.Servers(), localID)
+}
+
+// unavailable answers 503 with why, to callers skewgate verified; others
+// get no addresses or errors of the control plane's inside (the log has
+// them).
+func unavailable(w http.ResponseWriter, r *http.Request, x *exchange, why string) {
+	if x.caller.User == nil {
+		slog.Debug("unavailable", "path", r.URL.Path, "why", why)
+		why = forward.Unreachable
+	}
+	forward.Unavailable(w, r, why)
 }

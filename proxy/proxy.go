@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	cliflag "k8s.io/component-base/cli/flag"
 
 	"github.com/skewgate/skewgate/proxy/forward"
 	"github.com/skewgate/skewgate/proxy/membership"
@@ -36,6 +37,12 @@ type Config struct {
 	StateFile string
 	UserAgent string
 	Log       *slog.Logger
+	// TLSMinVersion and TLSCipherSuites are named like kube-apiserver's
+	// flags (VersionTLS12, TLS_ECDHE_…); empty: Go's defaults.
+	TLSMinVersion   string
+	TLSCipherSuites []string
+	// HTTP2MaxStreams bounds concurrent streams per client connection.
+	HTTP2MaxStreams int
 }
 
 // Proxy is the request side, loaded and checked: certificates read, the
@@ -118,7 +125,12 @@ func (p *Proxy) Start(ctx context.Context) error {
 
 // Serve serves clients on ln until ctx ends, then saves the state file.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
-	err := Serve(ctx, ln, p.handler, TLS{Serving: p.certs.Serving, ClientCAs: p.certs.AllClientCAs})
+	t, err := p.cfg.tls()
+	if err != nil {
+		return err
+	}
+	t.Serving, t.ClientCAs = p.certs.Serving, p.certs.AllClientCAs
+	err = Serve(ctx, ln, p.handler, t)
 	if p.cfg.StateFile != "" {
 		if serr := p.Members.SaveState(p.cfg.StateFile); serr != nil {
 			p.cfg.Log.Warn("state not saved", "err", serr)
@@ -141,8 +153,35 @@ func (c Config) Validate() []error {
 			errs = append(errs, err)
 		}
 	}
+	if _, err := c.tls(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.HTTP2MaxStreams < 0 {
+		errs = append(errs, fmt.Errorf("--http2-max-streams-per-connection %d: want 0 (Go's default) or more", c.HTTP2MaxStreams))
+	}
 	if c.RefreshInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--discovery-refresh-interval %s: want a positive duration", c.RefreshInterval))
 	}
 	return errs
+}
+
+// tls reads the TLS policy flags with component-base's parsers, so they
+// take exactly kube-apiserver's values.
+func (c Config) tls() (TLS, error) {
+	t := TLS{MaxStreams: c.HTTP2MaxStreams}
+	if c.TLSMinVersion != "" {
+		v, err := cliflag.TLSVersion(c.TLSMinVersion)
+		if err != nil {
+			return t, fmt.Errorf("--tls-min-version: %w", err)
+		}
+		t.MinVersion = v
+	}
+	if len(c.TLSCipherSuites) > 0 {
+		suites, err := cliflag.TLSCipherSuites(c.TLSCipherSuites)
+		if err != nil {
+			return t, fmt.Errorf("--tls-cipher-suites: %w", err)
+		}
+		t.CipherSuites = suites
+	}
+	return t, nil
 }

@@ -19,14 +19,27 @@ type TLS struct {
 	// ClientCAs are advertised in the handshake so clients pick the right
 	// certificate; verification happens per request (see callerAuth).
 	ClientCAs dynamiccertificates.CAContentProvider
+	// MinVersion and CipherSuites are the cluster's TLS policy, as
+	// kube-apiserver's --tls-min-version and --tls-cipher-suites: once
+	// steering puts skewgate on :6443 it must hold. Zero: Go's defaults,
+	// at least TLS 1.2.
+	MinVersion   uint16
+	CipherSuites []uint16
+	// MaxStreams is the HTTP/2 concurrent stream limit per connection
+	// (kube-apiserver's --http2-max-streams-per-connection).
+	MaxStreams int
 }
 
 // Serve serves h over TLS on ln until ctx ends, then shuts down gracefully
 // (watches are cut after a grace period). It presents the apiserver's
 // serving certificate, exactly as kube-apiserver would.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, t TLS) error {
+	if t.MinVersion < tls.VersionTLS12 {
+		t.MinVersion = tls.VersionTLS12
+	}
 	base := tls.Config{
-		MinVersion: tls.VersionTLS12,
+		MinVersion:   t.MinVersion,
+		CipherSuites: t.CipherSuites,
 		// Requested, not required: bearer-token and anonymous clients
 		// send none, as with kube-apiserver.
 		ClientAuth: tls.RequestClientCert,

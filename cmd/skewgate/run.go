@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -76,6 +77,9 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.IntVar(&o.securePort, "secure-port", o.securePort, "port the proxy listens on (TLS)")
 	f.StringVar(&o.proxy.Certs.TLSCert, "tls-cert-file", "", "serving certificate presented to clients: the apiserver's own (required)")
 	f.StringVar(&o.proxy.Certs.TLSKey, "tls-private-key-file", "", "key of --tls-cert-file (required)")
+	f.StringVar(&o.proxy.TLSMinVersion, "tls-min-version", "", "minimum TLS version, as kube-apiserver's flag: "+strings.Join(cliflag.TLSPossibleVersions(), ", ")+" (default VersionTLS12)")
+	f.StringSliceVar(&o.proxy.TLSCipherSuites, "tls-cipher-suites", nil, "cipher suites, as kube-apiserver's flag (default: Go's); possible: "+strings.Join(cliflag.PreferredTLSCipherNames(), ", "))
+	f.IntVar(&o.proxy.HTTP2MaxStreams, "http2-max-streams-per-connection", 1000, "HTTP/2 concurrent streams per client connection, as kube-apiserver's flag")
 
 	f = fss.FlagSet("authentication")
 	f.StringVar(&o.proxy.Certs.ClientCA, "client-ca-file", "", "CA bundle verifying client certificates, as kube-apiserver's (required)")

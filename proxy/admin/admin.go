@@ -68,7 +68,8 @@ func Serve(addr string, h http.Handler, log *slog.Logger) (*http.Server, error) 
 	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil && !ap.Addr().IsLoopback() {
 		log.Warn("the admin listener is not on loopback and has no authentication", "address", ln.Addr().String())
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second}
+	// The write timeout leaves room for a 30 s CPU profile.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 2 * time.Minute, IdleTimeout: 90 * time.Second}
 	go srv.Serve(ln)
 	return srv, nil
 }

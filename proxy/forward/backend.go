@@ -40,7 +40,38 @@ type Backend struct {
 	// exactly that: an anonymous client (a load balancer probing /readyz)
 	// must reach the apiserver as anonymous, as it would directly.
 	anonymous *http.Transport
-	conns     *connSet
+	// bearer is the pool for requests without skewgate's identity that
+	// carry an Authorization header. kube-apiserver may close a
+	// connection after an unauthenticated request; a flood of anonymous
+	// probes must not make every bearer-token request pay a new TLS
+	// handshake, so the two never share connections.
+	bearer *http.Transport
+	conns  *connSet
+	// slots bounds the requests in flight to a peer (nil: no bound); long
+	// ones (watches, upgrades) do not count, as in kube-apiserver's
+	// max-requests-inflight.
+	slots chan struct{}
+}
+
+// LimitInFlight bounds b's short requests in flight to n: a slow peer must
+// not take every goroutine and socket of skewgate. Call before use.
+func (b *Backend) LimitInFlight(n int) {
+	if n > 0 {
+		b.slots = make(chan struct{}, n)
+	}
+}
+
+// acquire takes a slot, or reports that b is at its limit.
+func (b *Backend) acquire() (release func(), ok bool) {
+	if b.slots == nil {
+		return func() {}, true
+	}
+	select {
+	case b.slots <- struct{}{}:
+		return func() { <-b.slots }, true
+	default:
+		return nil, false
+	}
 }
 
 // DialTimeout bounds connecting to an apiserver: a dead peer must not hold
@@ -53,9 +84,11 @@ func NewBackend(id string, u *url.URL, trust Trust) *Backend {
 	anon := trust
 	anon.ClientCert = nil
 	conns := &connSet{open: map[net.Conn]struct{}{}}
-	tr, anonTr := newTransport(u, trust), newTransport(u, anon)
-	tr.DialContext, anonTr.DialContext = conns.dial(tr.DialContext), conns.dial(anonTr.DialContext)
-	return &Backend{ID: id, URL: u, transport: tr, anonymous: anonTr, conns: conns}
+	b := &Backend{ID: id, URL: u, transport: newTransport(u, trust), anonymous: newTransport(u, anon), bearer: newTransport(u, anon), conns: conns}
+	for _, tr := range b.pools() {
+		tr.DialContext = conns.dial(tr.DialContext)
+	}
+	return b
 }
 
 // HTTP/2 health checks: a connection that received nothing for
@@ -81,12 +114,20 @@ func newTransport(u *url.URL, trust Trust) *http.Transport {
 	}
 }
 
-// transportFor is the pool for a request with (or without) an identity.
-func (b *Backend) transportFor(anonymous bool) *http.Transport {
-	if anonymous {
-		return b.anonymous
+func (b *Backend) pools() []*http.Transport {
+	return []*http.Transport{b.transport, b.anonymous, b.bearer}
+}
+
+// transportFor is the pool for a request with skewgate's identity, or
+// without it with or without a bearer token.
+func (b *Backend) transportFor(anonymous, bearer bool) *http.Transport {
+	switch {
+	case !anonymous:
+		return b.transport
+	case bearer:
+		return b.bearer
 	}
-	return b.transport
+	return b.anonymous
 }
 
 // Transport is the backend's round tripper, for skewgate's own requests
@@ -95,8 +136,9 @@ func (b *Backend) Transport() http.RoundTripper { return b.transport }
 
 // CloseIdle drops the backend's idle connections.
 func (b *Backend) CloseIdle() {
-	b.transport.CloseIdleConnections()
-	b.anonymous.CloseIdleConnections()
+	for _, tr := range b.pools() {
+		tr.CloseIdleConnections()
+	}
 }
 
 // CloseAll closes every connection to the backend, busy ones included:
@@ -229,5 +271,5 @@ func (b *Backend) Do(req *http.Request, anonymous bool, setIdentity func(http.He
 	if setIdentity != nil {
 		setIdentity(out.Header)
 	}
-	return b.transportFor(anonymous).RoundTrip(out)
+	return b.transportFor(anonymous, out.Header.Get("Authorization") != "").RoundTrip(out)
 }

@@ -42,6 +42,13 @@ type Request struct {
 	// names X-Remote-Group in its Connection header cannot remove what
 	// skewgate sets, as with kube-aggregator's auth-proxy round tripper.
 	SetIdentity func(http.Header)
+	// ShowErrors puts why a backend failed (its address, the dial or TLS
+	// error) into the 503 the caller gets. Only for callers skewgate
+	// verified: others learn nothing about the control plane's inside.
+	ShowErrors bool
+	// LongRunning requests (watches) do not count against a backend's
+	// in-flight limit.
+	LongRunning bool
 }
 
 // Forward sends r (its identity headers already set) to the first candidate
@@ -54,13 +61,21 @@ func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
 		return
 	}
 	first := fr.Candidates[0]
+	if !fr.LongRunning && !httpstream.IsUpgradeRequest(r) {
+		release, ok := first.acquire()
+		if !ok {
+			TooMany(w, r, first.ID)
+			return
+		}
+		defer release()
+	}
 	loc := *first.URL
 	// The query too: UpgradeAwareHandler dials upgrades (exec, attach,
 	// port-forward) at exactly this location.
 	loc.Path, loc.RawPath, loc.RawQuery = r.URL.Path, r.URL.RawPath, r.URL.RawQuery
 	upgrade := httpstream.IsUpgradeRequest(r)
-	rt := &failover{req: fr, retry: fr.Idempotent && !upgrade}
-	h := proxy.NewUpgradeAwareHandler(&loc, rt, false, false, responder{})
+	rt := &failover{req: fr, retry: fr.Idempotent && !upgrade, bearer: r.Header.Get("Authorization") != ""}
+	h := proxy.NewUpgradeAwareHandler(&loc, rt, false, false, responder{show: fr.ShowErrors})
 	if upgrade {
 		// The upgrade dial bypasses round trippers and writes the request
 		// as it is, with no hop-by-hop processing: the identity goes on
@@ -89,12 +104,13 @@ const (
 // unwraps to the first candidate's transport, which is what the handler
 // dials upgrade requests with.
 type failover struct {
-	req   Request
-	retry bool
+	req    Request
+	retry  bool
+	bearer bool
 }
 
 func (f *failover) WrappedRoundTripper() http.RoundTripper {
-	return f.req.Candidates[0].transportFor(f.req.Anonymous)
+	return f.req.Candidates[0].transportFor(f.req.Anonymous, f.bearer)
 }
 
 func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -144,11 +160,18 @@ func (e *forwardError) Error() string { return "forward: " + e.err.Error() }
 func (e *forwardError) Unwrap() error { return e.err }
 
 // responder answers every failure to reach an apiserver with a 503 Status.
-type responder struct{}
+type responder struct{ show bool }
 
-func (responder) Error(w http.ResponseWriter, r *http.Request, err error) {
+// Unreachable is the 503 message for callers not shown errors.
+const Unreachable = "the apiserver for this request is unreachable; retry"
+
+func (rs responder) Error(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(r.Context().Err(), context.Canceled) {
 		return // the client left; nobody to answer
+	}
+	if !rs.show {
+		Unavailable(w, r, Unreachable)
+		return
 	}
 	Unavailable(w, r, err.Error())
 }

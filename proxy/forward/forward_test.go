@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,5 +175,82 @@ func TestUnavailableNegotiatesProtobuf(t *testing.T) {
 	var st metav1.Status
 	if err := runtime.DecodeInto(statusCodecs.UniversalDecoder(), w.Body.Bytes(), &st); err != nil || st.Code != 503 {
 		t.Errorf("protobuf Status: %v %+v", err, st)
+	}
+}
+
+// A caller skewgate did not verify learns nothing of the control plane's
+// inside from a 503: no addresses, no dial or TLS errors.
+func TestUnavailableShowsErrorsOnlyToVerifiedCallers(t *testing.T) {
+	up := newUpstream(t)
+	dead := deadBackend(t, trustFor(t, up.Server))
+	for _, show := range []bool{false, true} {
+		w := httptest.NewRecorder()
+		Forward(w, httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil), Request{Candidates: []*Backend{dead}, ShowErrors: show})
+		assertUnavailable(t, w)
+		if leaks := strings.Contains(w.Body.String(), dead.URL.Host); leaks != show {
+			t.Errorf("ShowErrors %t: body names the server: %t: %s", show, leaks, w.Body)
+		}
+	}
+}
+
+// An apiserver may close the connection after an unauthenticated request.
+// A flood of those must not cost bearer-token requests their connections:
+// the two never share a pool.
+func TestBearerRequestsKeepTheirConnections(t *testing.T) {
+	var mu sync.Mutex
+	bearerConns := map[string]bool{}
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" {
+			w.Header().Set("Connection", "close") // as after an anonymous 401
+			return
+		}
+		mu.Lock()
+		bearerConns[r.RemoteAddr] = true
+		mu.Unlock()
+	}))
+	defer up.Close()
+	b := backendFor(t, "b", up, trustFor(t, up))
+	for i := range 10 {
+		r := httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil)
+		if i%2 == 0 {
+			r.Header.Set("Authorization", "Bearer token")
+		}
+		w := httptest.NewRecorder()
+		Forward(w, r, Request{Candidates: []*Backend{b}, Anonymous: true})
+		if w.Code != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, w.Code, w.Body)
+		}
+	}
+	if len(bearerConns) != 1 {
+		t.Errorf("5 bearer-token requests between anonymous ones used %d connections, want 1", len(bearerConns))
+	}
+}
+
+// A peer at its in-flight limit gets no more short requests: the caller
+// gets 429 with Retry-After; watches do not count.
+func TestInFlightLimit(t *testing.T) {
+	release, arrived := make(chan struct{}), make(chan struct{}, 10)
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { arrived <- struct{}{}; <-release }))
+	defer up.Close()
+	defer close(release)
+	b := backendFor(t, "peer", up, trustFor(t, up))
+	b.LimitInFlight(1)
+	go Forward(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/slow", nil), Request{Candidates: []*Backend{b}})
+	<-arrived // the first request holds the only slot
+	w := httptest.NewRecorder()
+	Forward(w, httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil), Request{Candidates: []*Backend{b}})
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("over the limit: %d Retry-After=%q, want 429 with Retry-After", w.Code, w.Header().Get("Retry-After"))
+	}
+	watch := make(chan int, 1)
+	go func() {
+		ww := httptest.NewRecorder()
+		Forward(ww, httptest.NewRequest(http.MethodGet, "/api/v1/pods?watch=true", nil), Request{Candidates: []*Backend{b}, LongRunning: true})
+		watch <- ww.Code
+	}()
+	select {
+	case code := <-watch:
+		t.Errorf("a watch over the limit was answered %d, want it forwarded", code)
+	case <-arrived: // forwarded: the upstream holds it
 	}
 }

@@ -33,6 +33,14 @@ func Unavailable(w http.ResponseWriter, r *http.Request, msg string) {
 	Error(w, r, err)
 }
 
+// TooMany answers 429 TooManyRequests as a Status with Retry-After: the
+// server chosen for the request has as many in flight as skewgate sends it.
+func TooMany(w http.ResponseWriter, r *http.Request, server string) {
+	w.Header().Set(HeaderRoute, "unavailable")
+	w.Header().Set(HeaderServer, "skewgate")
+	Error(w, r, apierrors.NewTooManyRequests("too many requests in flight to the apiserver serving this request; retry", RetryAfterSeconds))
+}
+
 // Error answers err as a content-negotiated metav1.Status (a StatusError
 // keeps its code; anything else is a 500), carrying the request's Audit-ID.
 func Error(w http.ResponseWriter, r *http.Request, err error) {

@@ -41,6 +41,9 @@ type Config struct {
 	DepartGrace time.Duration
 	// OnChange, if set, is called after every published table change.
 	OnChange func()
+	// PeerMaxInFlight bounds the short requests in flight to each peer
+	// (default 400, kube-apiserver's --max-requests-inflight); more get 429.
+	PeerMaxInFlight int
 	// UserAgent names skewgate and its version in its own requests.
 	UserAgent string
 	// Log receives every change an operator needs to see, once: a server
@@ -60,6 +63,9 @@ func (c *Config) defaults() {
 	set(&c.RefreshInterval, 10*time.Second)
 	set(&c.MissRefreshInterval, 5*time.Second)
 	set(&c.DepartGrace, 5*time.Minute)
+	if c.PeerMaxInFlight == 0 {
+		c.PeerMaxInFlight = 400
+	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
@@ -107,6 +113,9 @@ func New(cfg Config) (*Members, error) {
 
 func (m *Members) add(u *url.URL, local bool) *server {
 	b := forward.NewBackend(ID(u), u, m.cfg.Trust)
+	if !local {
+		b.LimitInFlight(m.cfg.PeerMaxInFlight)
+	}
 	s := &server{backend: b, client: m.client(b), local: local, passes: passThreshold - 1, joined: time.Now()}
 	m.servers[s.backend.ID] = s
 	m.kicks[s.backend.ID] = make(chan struct{}, 1)
