@@ -29,6 +29,7 @@ type Handler struct {
 	classifier *route.Classifier
 	auth       *callerAuth
 	metrics    *Metrics
+	openapi    openAPICache
 }
 
 // NewHandler returns the proxy handler. clientCA verifies users' client

@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"slices"
+	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -120,7 +123,9 @@ func (h *Handler) serveMerged(w http.ResponseWriter, r *http.Request, x *exchang
 }
 
 // localAllows asks the local apiserver the same question with the caller's
-// credentials. A 200 means the caller may read the document, and skewgate
+// credentials. A 200 or a 304 (the apiserver authorizes before it compares
+// ETags, and the caller's If-None-Match is kept so an unchanged document
+// costs no body) means the caller may read the document, and skewgate
 // answers the merged one; any other answer is passed to the caller as the
 // apiserver gave it, and false returned.
 func (h *Handler) localAllows(w http.ResponseWriter, r *http.Request, x *exchange) bool {
@@ -129,9 +134,7 @@ func (h *Handler) localAllows(w http.ResponseWriter, r *http.Request, x *exchang
 		forward.Unavailable(w, r, "no local apiserver")
 		return false
 	}
-	check := r.Clone(r.Context())
-	check.Header.Del("If-None-Match") // a 304 would say nothing about the caller
-	resp, err := local[0].Do(check, x.caller.User == nil, h.identity(x.caller, x.marked))
+	resp, err := local[0].Do(r, x.caller.User == nil, h.identity(x.caller, x.marked))
 	if err != nil {
 		if r.Context().Err() != nil {
 			return false // the caller left: its cancellation is no server's failure
@@ -141,7 +144,7 @@ func (h *Handler) localAllows(w http.ResponseWriter, r *http.Request, x *exchang
 		return false
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusOK {
+	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNotModified {
 		return true
 	}
 	x.decision = route.Decision{Route: route.Local, Rule: 1, Servers: []string{local[0].ID}, Reason: "the local apiserver refused the caller"}
@@ -160,24 +163,11 @@ func (h *Handler) localAllows(w http.ResponseWriter, r *http.Request, x *exchang
 // root cannot be read or parsed is left out; without the local root there
 // is nothing to merge into and the caller gets a 503.
 func (h *Handler) serveOpenAPIRoot(w http.ResponseWriter, r *http.Request, x *exchange) {
-	localDoc, peerDocs, err := h.members.FetchAll(r.Context(), "/openapi/v3")
+	body, etag, err := h.openapi.get(r.Context(), h.members.Table(), h.fetchOpenAPIRoot)
 	if err != nil {
-		unavailable(w, r, x, "local openapi root: "+err.Error())
+		unavailable(w, r, x, err.Error())
 		return
 	}
-	localRoot, err := discovery.ParseOpenAPIRoot(localDoc)
-	if err != nil {
-		unavailable(w, r, x, "local "+err.Error())
-		return
-	}
-	roots := []*discovery.OpenAPIRoot{localRoot}
-	for _, d := range peerDocs {
-		if root, err := discovery.ParseOpenAPIRoot(d); err == nil {
-			roots = append(roots, root)
-		}
-	}
-	body := discovery.MergeOpenAPIRoots(roots...)
-	etag := fmt.Sprintf(`"%X"`, sha256.Sum256(body))
 	w.Header().Set("ETag", etag)
 	w.Header().Set("Cache-Control", "no-cache, private")
 	if r.Header.Get("If-None-Match") == etag {
@@ -203,4 +193,53 @@ func unavailable(w http.ResponseWriter, r *http.Request, x *exchange, why string
 		why = forward.Unreachable
 	}
 	forward.Unavailable(w, r, why)
+}
+
+// fetchOpenAPIRoot reads the local and every healthy peer's OpenAPI root
+// and merges them.
+func (h *Handler) fetchOpenAPIRoot(ctx context.Context) ([]byte, error) {
+	localDoc, peerDocs, err := h.members.FetchAll(ctx, "/openapi/v3")
+	if err != nil {
+		return nil, fmt.Errorf("local openapi root: %w", err)
+	}
+	localRoot, err := discovery.ParseOpenAPIRoot(localDoc)
+	if err != nil {
+		return nil, fmt.Errorf("local %w", err)
+	}
+	roots := []*discovery.OpenAPIRoot{localRoot}
+	for _, d := range peerDocs {
+		if root, err := discovery.ParseOpenAPIRoot(d); err == nil {
+			roots = append(roots, root)
+		}
+	}
+	return discovery.MergeOpenAPIRoots(roots...), nil
+}
+
+// openAPICache keeps the merged OpenAPI root for a while, per routing
+// table: a client asking for it does not make skewgate ask every server.
+// A new table (a server joined, left, changed health or discovery) makes
+// the next request fetch again; so does openAPITTL, since a server's root
+// can change (a CRD) without its aggregated discovery's group/versions.
+type openAPICache struct {
+	mu    sync.Mutex
+	table *route.Table
+	at    time.Time
+	body  []byte
+	etag  string
+}
+
+const openAPITTL = 5 * time.Second
+
+func (c *openAPICache) get(ctx context.Context, t *route.Table, fetch func(context.Context) ([]byte, error)) ([]byte, string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.body != nil && c.table == t && time.Since(c.at) < openAPITTL {
+		return c.body, c.etag, nil
+	}
+	body, err := fetch(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	c.table, c.at, c.body, c.etag = t, time.Now(), body, fmt.Sprintf(`"%X"`, sha256.Sum256(body))
+	return c.body, c.etag, nil
 }
