@@ -14,7 +14,7 @@ COMMIT     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILD_DATE ?= $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
 LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: all build test lab-build lab-up lab-down demo bench fmt vet
+.PHONY: all build test lab-build lab-up lab-down demo bench fmt vet fuzz
 
 all: build
 
@@ -50,6 +50,17 @@ bench: lab-build
 
 fmt:
 	gofmt -l -w .
+
+# Each fuzz target for FUZZTIME; `make test` runs their seed corpora. Large
+# seeds (real discovery documents) make minimization crawl, hence 1x.
+FUZZTIME ?= 60s
+FUZZ_TARGETS := FuzzClassifyDecide:./proxy/route FuzzAggregatedDocument:./proxy/discovery \
+	FuzzOpenAPIRoots:./proxy/discovery FuzzStateFile:./proxy/membership
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t%%:*} for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1x $${t#*:} || exit 1; \
+	done
 
 # --- bpf: generated Go bindings for the programs under bpf/ -----------------
 # The bpf2go output (bpf/*/*_bpfel.{go,o}) is committed so that go build and
