@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sony/gobreaker/v2"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 )
 
@@ -51,6 +52,39 @@ type Backend struct {
 	// ones (watches, upgrades) do not count, as in kube-apiserver's
 	// max-requests-inflight.
 	slots chan struct{}
+	// breaker stops sending to a peer whose exchanges keep failing (nil:
+	// never stops).
+	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
+}
+
+// ErrBreakerOpen is a backend skipped because its recent exchanges failed.
+var ErrBreakerOpen = errors.New("circuit open: the apiserver's recent exchanges failed")
+
+// BreakOnFailures makes b stop taking requests for 5 s after 5 exchanges in
+// a row failed at the transport (a reset, a timeout, a refused dial), then
+// try one: a peer that accepts connections but fails them must not take
+// every request that goes its way. A caller's own cancellation does not
+// count. Call before use.
+func (b *Backend) BreakOnFailures() {
+	b.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        b.ID,
+		Timeout:     5 * time.Second,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 5 },
+		IsExcluded:  func(err error) bool { return errors.Is(err, context.Canceled) },
+	})
+}
+
+// admit asks the breaker whether b takes a request now; done reports the
+// outcome.
+func (b *Backend) admit() (done func(error), err error) {
+	if b.breaker == nil {
+		return func(error) {}, nil
+	}
+	done, err = b.breaker.Allow()
+	if err != nil {
+		return nil, ErrBreakerOpen
+	}
+	return done, nil
 }
 
 // LimitInFlight bounds b's short requests in flight to n: a slow peer must

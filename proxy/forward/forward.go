@@ -119,7 +119,13 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 		if i > 0 && !f.retry {
 			break
 		}
+		done, err := b.admit()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", b.ID, err))
+			continue // nothing was sent: the next candidate may take it
+		}
 		resp, connected, err := roundTrip(req, b, f.req)
+		done(err)
 		if err == nil {
 			resp.Header.Set(HeaderServer, b.ID)
 			return resp, nil

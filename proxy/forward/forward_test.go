@@ -254,3 +254,29 @@ func TestInFlightLimit(t *testing.T) {
 	case <-arrived: // forwarded: the upstream holds it
 	}
 }
+
+// A peer that takes connections but fails every exchange is left alone
+// after five failures in a row: the sixth request is not sent to it.
+func TestBreakerStopsSendingToAFailingPeer(t *testing.T) {
+	var hits atomic.Int32
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close() // a reset after the request arrived
+		}
+	}))
+	defer up.Close()
+	b := backendFor(t, "peer", up, trustFor(t, up))
+	b.BreakOnFailures()
+	for i := range 8 {
+		w := httptest.NewRecorder()
+		Forward(w, httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil), Request{Candidates: []*Backend{b}, Idempotent: true})
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("request %d: %d, want 503", i, w.Code)
+		}
+	}
+	if n := hits.Load(); n != 5 {
+		t.Errorf("the failing peer got %d of 8 requests, want 5 before the breaker opened", n)
+	}
+}

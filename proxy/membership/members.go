@@ -115,6 +115,7 @@ func (m *Members) add(u *url.URL, local bool) *server {
 	b := forward.NewBackend(ID(u), u, m.cfg.Trust)
 	if !local {
 		b.LimitInFlight(m.cfg.PeerMaxInFlight)
+		b.BreakOnFailures()
 	}
 	s := &server{backend: b, client: m.client(b), local: local, passes: passThreshold - 1, joined: time.Now()}
 	m.servers[s.backend.ID] = s
