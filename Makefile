@@ -14,7 +14,7 @@ COMMIT     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILD_DATE ?= $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
 LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: all build test lab-build lab-up lab-down demo bench fmt vet fuzz
+.PHONY: all build test lab-build lab-up lab-down demo bench fmt vet fuzz soak
 
 all: build
 
@@ -47,6 +47,11 @@ demo: lab-build
 
 bench: lab-build
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./lab/e2e/
+
+# 500 watches + 200 rps through skewgate for SOAK_DURATION (default 60s),
+# node-b stopped and started in the middle; prints outcomes and vitals.
+soak: lab-build
+	$(GO) test -count=1 -run '^$$' -bench Soak -benchtime 1x -timeout 20m ./lab/e2e/
 
 fmt:
 	gofmt -l -w .
