@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -21,6 +22,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 
 	"github.com/skewgate/skewgate/lab"
@@ -241,5 +244,92 @@ func TestServingLimits(t *testing.T) {
 	raw := "GET /version HTTP/1.1\nHost: 127.0.0.1\nX-Big: " + strings.Repeat("a", 2<<20) + "\n\n"
 	if code, _, _ := rig.sendRaw(t, raw); code != http.StatusRequestHeaderFieldsTooLarge {
 		t.Errorf("a 2 MiB header got %d, want 431", code)
+	}
+}
+
+// sendH2 sends one request as a raw HTTP/2 HEADERS frame with the given
+// header fields (any names, hop-by-hop ones included, which Go's client
+// would refuse to send) and returns the status, or the stream's reset code.
+func (rig *identityRig) sendH2(t *testing.T, path string, fields ...string) (status string, reset http2.ErrCode) {
+	t.Helper()
+	conn, err := tls.Dial("tcp", rig.addr, &tls.Config{Certificates: []tls.Certificate{rig.client}, RootCAs: rig.roots,
+		ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(conn, http2.ClientPreface)
+	fr := http2.NewFramer(conn, conn)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	all := append([]string{":method", "GET", ":scheme", "https", ":authority", "127.0.0.1", ":path", path}, fields...)
+	for i := 0; i+1 < len(all); i += 2 {
+		enc.WriteField(hpack.HeaderField{Name: all[i], Value: all[i+1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("read frame: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				fr.WriteSettingsAck()
+			}
+		case *http2.MetaHeadersFrame:
+			if f.StreamID == 1 {
+				return f.PseudoValue("status"), 0
+			}
+		case *http2.RSTStreamFrame:
+			if f.StreamID == 1 {
+				return "", f.ErrCode
+			}
+		case *http2.GoAwayFrame:
+			return "", f.ErrCode
+		}
+	}
+}
+
+// Over HTTP/2, connection-specific headers are malformed (RFC 9113 8.2.2):
+// Go's server refuses the request (400) before skewgate sees it, so no
+// hop-by-hop trick reaches the identity there; an ordinary request, with a
+// forged group, gets exactly the verified identity.
+func TestHTTP2RefusesHopByHopHeaders(t *testing.T) {
+	rig := newIdentityRig(t)
+	rig.mu.Lock()
+	rig.got = nil
+	rig.mu.Unlock()
+	for _, fields := range [][]string{
+		{"connection", "x-remote-group"},
+		{"keep-alive", "timeout=5"},
+		{"te", "gzip"},
+		{"upgrade", "websocket"},
+		{"transfer-encoding", "chunked"},
+	} {
+		status, reset := rig.sendH2(t, "/version", fields...)
+		if status != "400" && reset != http2.ErrCodeProtocol {
+			t.Errorf("HTTP/2 request with %v: status %q reset %v, want it refused (400 or PROTOCOL_ERROR)", fields, status, reset)
+		}
+	}
+	rig.mu.Lock()
+	if len(rig.got) != 0 {
+		t.Errorf("malformed HTTP/2 requests reached the apiserver: %+v", rig.got)
+	}
+	rig.mu.Unlock()
+	if status, reset := rig.sendH2(t, "/version", "te", "trailers", "x-remote-group", "system:masters"); status != "200" {
+		t.Fatalf("HTTP/2 request: status %q reset %v", status, reset)
+	}
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	if len(rig.got) != 1 || !slices.Equal(rig.got[0].header.Values("X-Remote-Group"), []string{"dev", "system:masters"}) || rig.got[0].header.Get("X-Remote-User") != "alice" {
+		t.Errorf("upstream saw %+v", rig.got)
 	}
 }
