@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/cilium/ebpf"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -26,7 +27,7 @@ var (
 // Describe implements prometheus.Collector.
 func (c *ConnStat) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTCPOpened, descTCPClosed, descTCPFailed, descTCPRetrans,
-		descTCPHandshake, descTCPMinRTT, connstatRunSeconds, connstatRuns, connstatErrors} {
+		descTCPHandshake, descTCPMinRTT, connstatRunSeconds, connstatRuns, connstatErrors, descMapEntries, descMapMaxEntries} {
 		ch <- d
 	}
 }
@@ -61,5 +62,10 @@ func (c *ConnStat) collectKernel(ch chan<- prometheus.Metric) {
 	}
 	if err := progStats(ch, c.objs.Connstat, connstatRunSeconds, connstatRuns); err != nil {
 		c.errs.inc()
+	}
+	for name, m := range map[string]*ebpf.Map{"connstat_counters": c.objs.ConnstatCounters, "connstat_hist": c.objs.ConnstatHist} {
+		if err := mapPressure(ch, name, m); err != nil {
+			c.errs.inc()
+		}
 	}
 }

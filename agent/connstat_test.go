@@ -156,6 +156,13 @@ func checkExposition(t *testing.T, c *ConnStat) {
 	seen := map[string]bool{}
 	for _, mf := range mfs {
 		seen[mf.GetName()] = true
+		if mf.GetName() == "skewgate_bpf_map_entries" {
+			for _, m := range mf.GetMetric() {
+				if v := m.GetGauge().GetValue(); v < 1 || v > 1024*2*histBuckets {
+					t.Errorf("%s has %g entries after traffic", m.GetLabel()[0].GetValue(), v)
+				}
+			}
+		}
 		if mf.GetName() != "skewgate_tcp_handshake_seconds" {
 			continue
 		}
@@ -177,7 +184,8 @@ func checkExposition(t *testing.T, c *ConnStat) {
 		}
 	}
 	for _, name := range []string{"skewgate_tcp_connections_opened_total", "skewgate_tcp_handshake_seconds",
-		"skewgate_tcp_min_rtt_seconds", "skewgate_bpf_program_run_seconds_total", "skewgate_bpf_collection_errors_total"} {
+		"skewgate_tcp_min_rtt_seconds", "skewgate_bpf_program_run_seconds_total", "skewgate_bpf_collection_errors_total",
+		"skewgate_bpf_map_entries", "skewgate_bpf_map_max_entries"} {
 		if !seen[name] {
 			t.Errorf("metric %s missing", name)
 		}

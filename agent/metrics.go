@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"fmt"
+
 	"github.com/cilium/ebpf"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -23,7 +25,32 @@ var (
 			"Errors reading BPF maps or program stats at scrape time.",
 			nil, prometheus.Labels{"program": program})
 	}
+	descMapEntries = prometheus.NewDesc("skewgate_bpf_map_entries",
+		"Entries in a BPF hash map that grows with traffic; when it is full, new keys go uncounted.",
+		[]string{"map"}, nil)
+	descMapMaxEntries = prometheus.NewDesc("skewgate_bpf_map_max_entries",
+		"Capacity of the BPF map.", []string{"map"}, nil)
 )
+
+// mapPressure emits how full m is, counting its keys (the maps it is used
+// for hold at most a few thousand).
+func mapPressure(ch chan<- prometheus.Metric, name string, m *ebpf.Map) error {
+	n := 0
+	var key any // nil: the first key
+	for n <= int(m.MaxEntries()) {
+		next, err := m.NextKeyBytes(key)
+		if err != nil {
+			return fmt.Errorf("count %s: %w", name, err)
+		}
+		if next == nil {
+			break
+		}
+		key, n = next, n+1
+	}
+	ch <- prometheus.MustNewConstMetric(descMapEntries, prometheus.GaugeValue, float64(n), name)
+	ch <- prometheus.MustNewConstMetric(descMapMaxEntries, prometheus.GaugeValue, float64(m.MaxEntries()), name)
+	return nil
+}
 
 // progStats emits run time and run count of prog. Both stay 0 while no
 // process holds bpf stats enabled (ebpf.EnableStats).

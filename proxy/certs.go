@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	certutil "k8s.io/client-go/util/cert"
 
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 )
@@ -84,4 +88,43 @@ func LoadCerts(ctx context.Context, f CertFiles) (*Certs, error) {
 		go r.Run(ctx, 1)
 	}
 	return c, nil
+}
+
+var certExpiryDesc = prometheus.NewDesc("skewgate_certificate_expiry_timestamp_seconds",
+	"When the earliest certificate of each file skewgate uses expires (Unix seconds): serving, proxy_client, client_ca, peer_ca, requestheader_ca.",
+	[]string{"certificate"}, nil)
+
+// Describe implements prometheus.Collector: the expiry of every
+// certificate file, read at scrape time, so a rotation shows at once.
+func (c *Certs) Describe(ch chan<- *prometheus.Desc) { ch <- certExpiryDesc }
+
+// Collect implements prometheus.Collector.
+func (c *Certs) Collect(ch chan<- prometheus.Metric) {
+	servingPEM, _ := c.Serving.CurrentCertKeyContent()
+	clientPEM, _ := c.ProxyClient.CurrentCertKeyContent()
+	files := map[string][]byte{"serving": servingPEM, "proxy_client": clientPEM,
+		"client_ca": c.ClientCA.CurrentCABundleContent(), "peer_ca": c.PeerCA.CurrentCABundleContent()}
+	if c.RequestHeaderCA != nil {
+		files["requestheader_ca"] = c.RequestHeaderCA.CurrentCABundleContent()
+	}
+	for name, pemBytes := range files {
+		if t, ok := earliestExpiry(pemBytes); ok {
+			ch <- prometheus.MustNewConstMetric(certExpiryDesc, prometheus.GaugeValue, float64(t.Unix()), name)
+		}
+	}
+}
+
+// earliestExpiry is the earliest NotAfter of the PEM certificates.
+func earliestExpiry(pemBytes []byte) (time.Time, bool) {
+	certs, err := certutil.ParseCertsPEM(pemBytes)
+	if err != nil || len(certs) == 0 {
+		return time.Time{}, false
+	}
+	t := certs[0].NotAfter
+	for _, c := range certs[1:] {
+		if c.NotAfter.Before(t) {
+			t = c.NotAfter
+		}
+	}
+	return t, true
 }

@@ -58,7 +58,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w, rec := record(w)
 	x := &exchange{}
 	h.serve(w, r, x)
-	h.observe(x, rec.status(), time.Since(start))
+	h.observe(x, rec.status(), w.Header().Get(forward.HeaderServer), time.Since(start))
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
@@ -157,7 +157,7 @@ func clientKey(r *http.Request, c Caller) string {
 	return "addr:" + host
 }
 
-func (h *Handler) observe(x *exchange, code int, d time.Duration) {
+func (h *Handler) observe(x *exchange, code int, server string, d time.Duration) {
 	group, version, resource := "", "", ""
 	if x.req.Kind == route.Resource {
 		group, version, resource = "unknown", "unknown", "unknown"
@@ -177,7 +177,7 @@ func (h *Handler) observe(x *exchange, code int, d time.Duration) {
 	}
 	h.metrics.requests.WithLabelValues(rt, verbLabel(x.req.Verb), group, version, resource, strconv.Itoa(code)).Inc()
 	if !x.req.Watch() && code != http.StatusSwitchingProtocols {
-		h.metrics.duration.WithLabelValues(rt).Observe(d.Seconds())
+		h.metrics.duration.WithLabelValues(rt, serverLabel(server, x.decision.Servers)).Observe(d.Seconds())
 	}
 }
 
@@ -193,4 +193,15 @@ func verbLabel(verb string) string {
 		return verb
 	}
 	return "other"
+}
+
+// serverLabel bounds the server label to what skewgate routes to: a
+// member chosen for the request, or skewgate itself.
+func serverLabel(server string, candidates []string) string {
+	for _, c := range candidates {
+		if c == server {
+			return server
+		}
+	}
+	return "skewgate"
 }

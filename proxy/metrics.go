@@ -23,9 +23,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"route", "verb", "group", "version", "resource", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "skewgate_request_duration_seconds",
-			Help:    "Time to answer a request (to the end of the body; watches excluded), by route.",
+			Help:    "Time to answer a request (to the end of the body; watches excluded), by route and by the server that answered (host:port, or skewgate).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
-		}, []string{"route"}),
+		}, []string{"route", "server"}),
 		fwdErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_forward_errors_total",
 			Help: "Failed exchanges with apiservers, by server and kind: connect (no connection, nothing sent; failover possible) or request (broke after bytes were sent; never retried).",

@@ -84,7 +84,7 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 	if cfg.StateFile != "" {
 		p.Members.KeepState(ctx, cfg.StateFile, cfg.Log)
 	}
-	reg.MustRegister(p.Members)
+	reg.MustRegister(p.Members, certs)
 	rh := RequestHeader{CA: certs.RequestHeaderCA, AllowedNames: cfg.RequestHeaderAllowedNames, Names: cfg.HeaderNames}
 	p.handler = NewHandler(p.Members, certs.ClientCA, rh, NewMetrics(reg))
 	return p, nil

@@ -172,3 +172,29 @@ func TestMarkedRequestsAnsweredLocallyWhoeverSends(t *testing.T) {
 		t.Errorf("an anonymous marked list of workloads went %q, want local (rule 2)", got)
 	}
 }
+
+// The metrics the upgrade-window dashboard reads are there, with the lab's
+// real values.
+func TestMetricsForTheUpgradeWindow(t *testing.T) {
+	a, b := node(t, "node-a"), node(t, "node-b")
+	do(t, client(t, plane.PKI.Admin), http.MethodGet, via(t)+workloadsPath, nil) // one request to node-b
+	body := ""
+	waitFor(t, 15*time.Second, "versions read", func() bool {
+		body = string(do(t, http.DefaultClient, http.MethodGet, lab.SkewgateAdminURL(a)+"/metrics", nil).Body)
+		return strings.Contains(body, `skewgate_server_info{server="`+b.IP.String()+`:6443",version="v1.36.3"} 1`)
+	})
+	for _, want := range []string{
+		`skewgate_server_info{server="127.0.0.1:6443",version="v1.35.4"} 1`,
+		`skewgate_group_version_servers{group_version="scheduling.k8s.io/v1alpha2"} 1`,
+		`skewgate_group_version_servers{group_version="apps/v1"} 2`,
+		`skewgate_members 2`,
+		`skewgate_certificate_expiry_timestamp_seconds{certificate="serving"}`,
+		`skewgate_certificate_expiry_timestamp_seconds{certificate="requestheader_ca"}`,
+		`skewgate_request_duration_seconds_bucket{route="peer",server="` + b.IP.String() + `:6443"`,
+		`skewgate_build_info{build_date=`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("node-a's metrics lack %s", want)
+		}
+	}
+}

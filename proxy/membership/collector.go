@@ -4,6 +4,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/skewgate/skewgate/proxy/discovery"
+	"github.com/skewgate/skewgate/proxy/route"
 )
 
 var (
@@ -16,6 +19,14 @@ var (
 	ageDesc = prometheus.NewDesc("skewgate_server_discovery_age_seconds",
 		"Time since the apiserver's discovery was last confirmed (200 or 304); absent before the first fetch.",
 		[]string{"server"}, nil)
+	infoDesc = prometheus.NewDesc("skewgate_server_info",
+		"Always 1; the version label is the apiserver's /version gitVersion, as last read.",
+		[]string{"server", "version"}, nil)
+	gvServersDesc = prometheus.NewDesc("skewgate_group_version_servers",
+		"How many members (not departed, discovery known) serve the group/version; below skewgate_members it is unevenly served.",
+		[]string{"group_version"}, nil)
+	membersDesc = prometheus.NewDesc("skewgate_members",
+		"Members (not departed) whose discovery is known.", nil, nil)
 	discoveryOKDesc = prometheus.NewDesc("skewgate_server_discovery_ok",
 		"Whether the last discovery fetch from the apiserver succeeded (1) or failed, last-known-good kept (0).",
 		[]string{"server"}, nil)
@@ -23,7 +34,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (m *Members) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{healthyDesc, latencyDesc, ageDesc, discoveryOKDesc} {
+	for _, d := range []*prometheus.Desc{healthyDesc, latencyDesc, ageDesc, discoveryOKDesc, infoDesc, gvServersDesc, membersDesc} {
 		ch <- d
 	}
 }
@@ -43,6 +54,32 @@ func (m *Members) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(ageDesc, prometheus.GaugeValue, time.Since(ds.FetchedAt).Seconds(), st.ID)
 		}
 		ch <- prometheus.MustNewConstMetric(discoveryOKDesc, prometheus.GaugeValue, boolValue(ds.Err == nil && ds.Doc != nil), st.ID)
+		if st.Version != "" {
+			ch <- prometheus.MustNewConstMetric(infoDesc, prometheus.GaugeValue, 1, st.ID, st.Version)
+		}
+	}
+	m.collectSkew(ch)
+}
+
+// collectSkew counts, per group/version, the members serving it: during
+// an upgrade the ones below the member count are the skew skewgate covers.
+func (m *Members) collectSkew(ch chan<- prometheus.Metric) {
+	t := m.Table()
+	counts := map[string]int{}
+	members := 0
+	for _, s := range append([]route.Server{t.Local}, t.Peers...) {
+		caps, ok := s.Caps.(*discovery.Capabilities)
+		if s.Departed || !ok || caps == nil {
+			continue
+		}
+		members++
+		for _, gv := range caps.GroupVersions() {
+			counts[gv.String()]++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(members))
+	for gv, n := range counts {
+		ch <- prometheus.MustNewConstMetric(gvServersDesc, prometheus.GaugeValue, float64(n), gv)
 	}
 }
 

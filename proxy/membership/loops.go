@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -75,6 +76,7 @@ func (m *Members) refreshLoop(ctx context.Context, id string, kicked <-chan stru
 		_ = m.store.Refresh(fctx, id, f) // the error is kept in the store's state
 		cancel()
 		m.logDiscovery(id, before, m.store.Snapshot().Servers[id].Capabilities.GroupVersions())
+		m.readVersion(ctx, id)
 		if ctx.Err() != nil {
 			return
 		}
@@ -133,5 +135,35 @@ func diffGroupVersions(before, after []schema.GroupVersion) (appeared, vanished 
 func (m *Members) endStreamsIfOut(s *server) {
 	if st := s.status(); !s.local && (!st.Healthy || st.Departed != nil) {
 		s.backend.CloseAll()
+	}
+}
+
+// readVersion reads server id's /version after each discovery refresh: a
+// server that restarted on another version shows it within a refresh.
+func (m *Members) readVersion(ctx context.Context, id string) {
+	m.mu.Lock()
+	s, ok := m.servers[id]
+	m.mu.Unlock()
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	body, err := get(ctx, s.client, s.backend.URL.String()+"/version")
+	if err != nil {
+		return // kept as last read; health and discovery say what matters
+	}
+	var v struct {
+		GitVersion string `json:"gitVersion"`
+	}
+	if json.Unmarshal(body, &v) != nil || v.GitVersion == "" {
+		return
+	}
+	s.mu.Lock()
+	changed := s.version != "" && s.version != v.GitVersion
+	s.version = v.GitVersion
+	s.mu.Unlock()
+	if changed {
+		m.cfg.Log.Info("apiserver version changed", "server", id, "version", v.GitVersion)
 	}
 }

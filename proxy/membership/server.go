@@ -41,6 +41,8 @@ type server struct {
 	lastHealthy time.Time
 	// departed is when it left membership; zero while it is a member.
 	departed time.Time
+	// version is the apiserver's /version gitVersion, as last read.
+	version string
 	// stop ends its probe and refresh loops.
 	stop func()
 }
@@ -107,13 +109,15 @@ type Status struct {
 	// Joined is when the server became a member (skewgate's start for
 	// --peers).
 	Joined time.Time `json:"joined"`
+	// Version is the apiserver's gitVersion, as last read ("" before).
+	Version string `json:"version,omitempty"`
 }
 
 func (s *server) status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Status{ID: s.backend.ID, URL: s.backend.URL.String(), Local: s.local, Healthy: s.healthy,
-		Latency: s.latency, LastProbe: s.lastProbe, Joined: s.joined}
+		Latency: s.latency, LastProbe: s.lastProbe, Joined: s.joined, Version: s.version}
 	if s.lastErr != nil {
 		st.LastError = s.lastErr.Error()
 	}
