@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/skewgate/skewgate/deploy/monitoring/dashboard"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -118,8 +119,9 @@ func TestEveryAlertIsUnitTested(t *testing.T) {
 
 var metricName = regexp.MustCompile(`\bskewgate_[a-z0-9_]+`)
 
-// TestOnlyExportedMetrics fails on an alert that names a skewgate metric
-// the code does not export: an alert on it never fires.
+// TestOnlyExportedMetrics fails on an alert or panel that names a skewgate
+// metric the code does not export: a panel on it shows nothing, and an
+// alert on it never fires.
 func TestOnlyExportedMetrics(t *testing.T) {
 	exported := exportedMetrics(t, "../..", "agent", "proxy", "cmd")
 	known := func(name string) bool {
@@ -138,6 +140,17 @@ func TestOnlyExportedMetrics(t *testing.T) {
 				if !known(name) {
 					t.Errorf("alert %s: skewgate exports no metric %s", r.Alert, name)
 				}
+			}
+		}
+	}
+	queries, err := dashboard.Queries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range queries {
+		for _, name := range metricName.FindAllString(q.Expr, -1) {
+			if !known(name) {
+				t.Errorf("panel %q query %s: skewgate exports no metric %s", q.Panel, q.RefID, name)
 			}
 		}
 	}

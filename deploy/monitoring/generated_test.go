@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/skewgate/skewgate/deploy/monitoring/dashboard"
 	"github.com/skewgate/skewgate/deploy/monitoring/rules"
 )
 
@@ -16,6 +17,14 @@ func TestPrometheusRuleIsCurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	requireCurrent(t, "prometheusrule.yaml", want)
+}
+
+func TestDashboardIsCurrent(t *testing.T) {
+	want, err := dashboard.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireCurrent(t, "skewgate-dashboard.json", want)
 }
 
 // requireCurrent fails t when the committed file is not want, naming the

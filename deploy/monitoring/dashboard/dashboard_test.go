@@ -1,0 +1,189 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+
+	sdk "github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+)
+
+func queries(t *testing.T) []Query {
+	t.Helper()
+	qs, err := Queries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) == 0 {
+		t.Fatal("no queries")
+	}
+	return qs
+}
+
+// TestUpgradeWindowPanels pins the panels an operator watches an upgrade
+// with to the queries that answer them.
+func TestUpgradeWindowPanels(t *testing.T) {
+	want := map[string][]string{
+		"Route mix": {`sum by (route) (rate(skewgate_requests_total{instance=~"$node"}[$__rate_interval]))`},
+		"Requests routed to peers (false 404s prevented)": {`route="peer"`},
+		"503 answers":            {`route="unavailable"`},
+		"Server health":          {`skewgate_server_healthy{instance=~"$node", server=~"$server"}`},
+		"Probe latency":          {`skewgate_server_probe_latency_seconds{`},
+		"Discovery age":          {`skewgate_server_discovery_age_seconds{`},
+		"Version of each server": {`skewgate_server_info{`},
+		"Group/versions not served by every member": {`skewgate_group_version_servers{instance=~"$node"} < on (instance) group_left skewgate_members`},
+		"Request latency by server": {
+			`histogram_quantile(0.99, sum by (le, server) (rate(skewgate_request_duration_seconds_bucket{instance=~"$node"}[$__rate_interval])))`,
+		},
+		"Steering state":           {`skewgate_steering_state{`},
+		"Steering lease remaining": {`skewgate_steering_lease_remaining_seconds{`},
+		"Forward errors by kind":   {`sum by (instance, server, kind) (rate(skewgate_forward_errors_total{`},
+		"Build":                    {`skewgate_build_info{`},
+	}
+	for _, hop := range []string{"client_to_proxy", "proxy_to_local", "proxy_to_peer"} {
+		want["TCP handshake: "+hop] = []string{`sum by (le) (rate(skewgate_tcp_handshake_seconds_bucket{instance=~"$node", hop="` + hop + `"}[$__rate_interval]))`}
+		want["TCP min RTT: "+hop] = []string{`sum by (le) (rate(skewgate_tcp_min_rtt_seconds_bucket{instance=~"$node", hop="` + hop + `"}[$__rate_interval]))`}
+	}
+	byPanel := map[string][]string{}
+	for _, q := range queries(t) {
+		byPanel[q.Panel] = append(byPanel[q.Panel], q.Expr)
+	}
+	for panel, fragments := range want {
+		exprs, ok := byPanel[panel]
+		if !ok {
+			t.Errorf("no panel %q", panel)
+			continue
+		}
+		for _, f := range fragments {
+			if !strings.Contains(strings.Join(exprs, "\n"), f) {
+				t.Errorf("panel %q: no query contains %s; queries:\n%s", panel, f, strings.Join(exprs, "\n"))
+			}
+		}
+	}
+	for panel := range byPanel {
+		if _, ok := want[panel]; !ok {
+			t.Errorf("panel %q is not pinned here: add what it must show", panel)
+		}
+	}
+}
+
+var placeholder = regexp.MustCompile(`\$\{?\w+`)
+
+// TestQueriesPlaceholders keeps the placeholders to those Query documents,
+// which a test against Prometheus replaces, and every selector on $node.
+func TestQueriesPlaceholders(t *testing.T) {
+	allowed := map[string]bool{"$node": true, "$server": true, "$__rate_interval": true}
+	selector := regexp.MustCompile(`\bskewgate_\w+(\{[^}]*\})?`)
+	for _, q := range queries(t) {
+		for _, p := range placeholder.FindAllString(q.Expr, -1) {
+			if !allowed[p] {
+				t.Errorf("panel %q query %s: placeholder %s is none of %v", q.Panel, q.RefID, p, allowed)
+			}
+		}
+		for _, m := range selector.FindAllStringSubmatch(q.Expr, -1) {
+			if !strings.Contains(m[1], onNode) {
+				t.Errorf("panel %q query %s: %s ignores the node variable", q.Panel, q.RefID, m[0])
+			}
+		}
+	}
+}
+
+func TestVariables(t *testing.T) {
+	d, err := Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"node":   "label_values(skewgate_build_info, instance)",
+		"server": "label_values(skewgate_server_healthy, server)",
+	}
+	for _, v := range d.Templating.List {
+		query, ok := want[v.Name]
+		if !ok {
+			continue
+		}
+		delete(want, v.Name)
+		if v.Query == nil || v.Query.String == nil || *v.Query.String != query {
+			t.Errorf("variable %s: query %+v, want %s", v.Name, v.Query, query)
+		}
+		if v.AllValue == nil || *v.AllValue != ".*" || v.IncludeAll == nil || !*v.IncludeAll {
+			t.Errorf("variable %s: All must be offered and match any value", v.Name)
+		}
+	}
+	for name := range want {
+		t.Errorf("no variable %s", name)
+	}
+}
+
+// TestLayout checks what Grafana would quietly rearrange or refuse:
+// overlapping or overflowing panels, repeated ids, queries without refId.
+func TestLayout(t *testing.T) {
+	d, err := Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type cell struct{ x, y uint32 }
+	taken := map[cell]string{}
+	ids := map[uint32]bool{}
+	for _, p := range d.Panels {
+		var id uint32
+		var pos *sdk.GridPos
+		var title string
+		switch {
+		case p.RowPanel != nil:
+			id, pos, title = p.RowPanel.Id, p.RowPanel.GridPos, "row "+deref(p.RowPanel.Title)
+		case p.Panel != nil:
+			id, pos, title = deref(p.Panel.Id), p.Panel.GridPos, deref(p.Panel.Title)
+			refIDs := map[string]bool{}
+			for i, target := range p.Panel.Targets {
+				q, _ := target.(prometheus.Dataquery)
+				ref := deref(q.RefId)
+				if ref == "" || refIDs[ref] {
+					t.Errorf("%s: query %d has refId %q, empty or repeated", title, i, ref)
+				}
+				refIDs[ref] = true
+			}
+		}
+		if id == 0 || ids[id] {
+			t.Errorf("%s: id %d, zero or repeated", title, id)
+		}
+		ids[id] = true
+		if pos == nil || pos.W == 0 || pos.H == 0 || pos.X+pos.W > 24 {
+			t.Errorf("%s: grid position %+v is empty or past 24 columns", title, pos)
+			continue
+		}
+		for x := pos.X; x < pos.X+pos.W; x++ {
+			for y := pos.Y; y < pos.Y+pos.H; y++ {
+				if other, ok := taken[cell{x, y}]; ok {
+					t.Fatalf("%s overlaps %s at %d,%d", title, other, x, y)
+				}
+				taken[cell{x, y}] = title
+			}
+		}
+	}
+}
+
+func TestJSONIsDeterministic(t *testing.T) {
+	a, err := JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		b, err := JSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(a) != string(b) {
+			t.Fatalf("run %d wrote different JSON: the committed file would never be current", i)
+		}
+	}
+	var v map[string]any
+	if err := json.Unmarshal(a, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v["uid"] != UID {
+		t.Errorf("uid %v, want %s", v["uid"], UID)
+	}
+}

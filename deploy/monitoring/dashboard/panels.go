@@ -1,0 +1,204 @@
+package dashboard
+
+import (
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	sdk "github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/heatmap"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	"github.com/grafana/grafana-foundation-sdk/go/statetimeline"
+	"github.com/grafana/grafana-foundation-sdk/go/table"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
+)
+
+type row struct {
+	title  string
+	panels []cog.Builder[sdk.Panel]
+}
+
+// rows are the dashboard top to bottom: what an operator asks first during
+// an upgrade (are clients served?) comes first.
+func rows() []row {
+	return []row{
+		{"Routing", []cog.Builder[sdk.Panel]{routeMix(), routedToPeers(), unavailableAnswers(), latencyByServer()}},
+		{"Servers", []cog.Builder[sdk.Panel]{serverHealth(), probeLatency(), discoveryAge(), serverVersions(), unevenGroupVersions()}},
+		{"Steering and forwarding", []cog.Builder[sdk.Panel]{steeringState(), steeringLease(), forwardErrors()}},
+		{"TCP per hop", tcpHeatmaps()},
+		{"Build", []cog.Builder[sdk.Panel]{buildInfo()}},
+	}
+}
+
+func routeMix() cog.Builder[sdk.Panel] {
+	return timeSeries("Route mix", "Requests answered per second by route: local, peer (sent to a peer that serves it), merged (discovery answered by skewgate), unavailable (503), rejected (401/400 from skewgate).", "reqps").
+		Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal)).
+		FillOpacity(30).
+		WithTarget(rangeQuery(`sum by (route) (rate(skewgate_requests_total{`+onNode+`}[$__rate_interval]))`, "{{route}}"))
+}
+
+func routedToPeers() cog.Builder[sdk.Panel] {
+	return timeSeries("Requests routed to peers (false 404s prevented)", "Requests for resources the local apiserver does not serve, answered by a peer that does: each would have been a false 404 without skewgate.", "reqps").
+		WithTarget(rangeQuery(`sum by (group, version, resource) (rate(skewgate_requests_total{`+onNode+`, route="peer"}[$__rate_interval]))`, "{{group}}/{{version}} {{resource}}"))
+}
+
+func unavailableAnswers() cog.Builder[sdk.Panel] {
+	return timeSeries("503 answers", "skewgate's own 503s: only unhealthy or departed peers serve the resource, or a member's discovery is not known yet.", "reqps").
+		ColorScheme(sdk.NewFieldColorBuilder().Mode(sdk.FieldColorModeIdFixed).FixedColor("red")).
+		WithTarget(rangeQuery(`sum by (instance, group, version, resource) (rate(skewgate_requests_total{`+onNode+`, route="unavailable"}[$__rate_interval]))`, "{{instance}} {{group}}/{{version}} {{resource}}"))
+}
+
+func latencyByServer() cog.Builder[sdk.Panel] {
+	return timeSeries("Request latency by server", "99th and 50th percentile time to answer, by the server that answered (skewgate: answered by skewgate itself). Watches and upgrades are not counted.", "s").
+		WithTarget(rangeQuery(`histogram_quantile(0.99, sum by (le, server) (rate(skewgate_request_duration_seconds_bucket{`+onNode+`}[$__rate_interval])))`, "p99 {{server}}")).
+		WithTarget(rangeQuery(`histogram_quantile(0.5, sum by (le, server) (rate(skewgate_request_duration_seconds_bucket{`+onNode+`}[$__rate_interval])))`, "p50 {{server}}"))
+}
+
+func serverHealth() cog.Builder[sdk.Panel] {
+	return statetimeline.NewPanelBuilder().
+		Title("Server health").
+		Description("Whether each skewgate routes to each apiserver: two failed /readyz probes (or one failed connection) take it out, two passing ones bring it back.").
+		Datasource(datasource).Height(8).Span(12).
+		Tooltip(common.NewVizTooltipOptionsBuilder().Mode(common.TooltipDisplayModeSingle).Sort(common.SortOrderNone)).
+		Mappings([]sdk.ValueMapping{valueText("0", "down", "red"), valueText("1", "healthy", "green")}).
+		WithTarget(rangeQuery(`skewgate_server_healthy{`+onNodeServer+`}`, "{{instance}} → {{server}}"))
+}
+
+func probeLatency() cog.Builder[sdk.Panel] {
+	return timeSeries("Probe latency", "Moving average of each apiserver's /readyz round trip; peers with less are preferred.", "s").
+		WithTarget(rangeQuery(`skewgate_server_probe_latency_seconds{`+onNodeServer+`}`, "{{instance}} → {{server}}"))
+}
+
+func discoveryAge() cog.Builder[sdk.Panel] {
+	return timeSeries("Discovery age", "Time since each apiserver's discovery was last confirmed; re-read every 10s by default. Over 120s for 2 minutes alerts (SkewgateDiscoveryStale).", "s").
+		Thresholds(thresholds(120)).
+		ThresholdsStyle(common.NewGraphThresholdsStyleConfigBuilder().Mode(common.GraphThresholdsStyleModeLine)).
+		WithTarget(rangeQuery(`skewgate_server_discovery_age_seconds{`+onNodeServer+`}`, "{{instance}} → {{server}}"))
+}
+
+func serverVersions() cog.Builder[sdk.Panel] {
+	return tablePanel("Version of each server", "The kube-apiserver version each server reports, as skewgate sees it.",
+		[]string{"Time", "Value"}, nil).
+		WithTarget(tableQuery(`max by (server, version) (skewgate_server_info{` + onNodeServer + `})`))
+}
+
+func unevenGroupVersions() cog.Builder[sdk.Panel] {
+	return tablePanel("Group/versions not served by every member", "Group/versions fewer servers serve than there are members: requests for them may be routed to a peer, or answered 503 while those peers are down. Empty once every server runs one version.",
+		[]string{"Time", "__name__", "job"}, map[string]string{"Value": "servers serving it"}).
+		WithTarget(tableQuery(`skewgate_group_version_servers{` + onNode + `} < on (instance) group_left skewgate_members{` + onNode + `}`))
+}
+
+func steeringState() cog.Builder[sdk.Panel] {
+	return statetimeline.NewPanelBuilder().
+		Title("Steering state").
+		Description("Which state each node's steering is in: steering (connections to the node's address reach skewgate), lapsed (lease expired: they reach the apiserver directly), off (kill switch), disabled (not configured).").
+		Datasource(datasource).Height(8).Span(8).
+		Tooltip(common.NewVizTooltipOptionsBuilder().Mode(common.TooltipDisplayModeSingle).Sort(common.SortOrderNone)).
+		Mappings([]sdk.ValueMapping{valueText("1", " ", "text")}).
+		OverrideByRegexp(".* steering$", fixedColor("green")).
+		OverrideByRegexp(".* lapsed$", fixedColor("red")).
+		OverrideByRegexp(".* off$", fixedColor("orange")).
+		OverrideByRegexp(".* disabled$", fixedColor("gray")).
+		WithTarget(rangeQuery(`skewgate_steering_state{`+onNode+`} == 1`, "{{instance}} {{state}}"))
+}
+
+func steeringLease() cog.Builder[sdk.Panel] {
+	return timeSeries("Steering lease remaining", "Time left on each node's steering lease (2s, renewed every 500ms while skewgate's probe passes); 0 when lapsed.", "s").
+		Span(8).
+		WithTarget(rangeQuery(`skewgate_steering_lease_remaining_seconds{`+onNode+`}`, "{{instance}}"))
+}
+
+func forwardErrors() cog.Builder[sdk.Panel] {
+	return timeSeries("Forward errors by kind", "Failed exchanges with apiservers: connect (no connection, nothing sent; idempotent requests fail over) or request (broke after bytes were sent; never retried).", "short").
+		Span(8).
+		WithTarget(rangeQuery(`sum by (instance, server, kind) (rate(skewgate_forward_errors_total{`+onNodeServer+`}[$__rate_interval]))`, "{{instance}} → {{server}} {{kind}}"))
+}
+
+// hops are the connstat hops, in the order a request crosses them.
+var hops = []string{"client_to_proxy", "proxy_to_local", "proxy_to_peer"}
+
+func tcpHeatmaps() []cog.Builder[sdk.Panel] {
+	var panels []cog.Builder[sdk.Panel]
+	for _, m := range []struct{ metric, title, what string }{
+		{"skewgate_tcp_handshake_seconds", "TCP handshake", "Time from SYN to established"},
+		{"skewgate_tcp_min_rtt_seconds", "TCP min RTT", "Lowest round trip the kernel measured per connection"},
+	} {
+		for _, hop := range hops {
+			panels = append(panels, heatmap.NewPanelBuilder().
+				Title(m.title+": "+hop).
+				Description(m.what+" on the "+hop+" hop, from the kernel (sock_ops), in log2 buckets.").
+				Datasource(datasource).Height(8).Span(8).
+				Calculate(false).
+				Tooltip(heatmap.NewHeatmapTooltipBuilder().Mode(common.TooltipDisplayModeSingle).YHistogram(true)).
+				YAxis(heatmap.NewYAxisConfigBuilder().Unit("s")).
+				Color(heatmap.NewHeatmapColorOptionsBuilder().Mode(heatmap.HeatmapColorModeScheme).Scheme("Oranges").Scale(heatmap.HeatmapColorScaleExponential).Exponent(0.5).Steps(64)).
+				WithTarget(prometheus.NewDataqueryBuilder().
+					Datasource(datasource).
+					Expr(`sum by (le) (rate(`+m.metric+`_bucket{`+onNode+`, hop="`+hop+`"}[$__rate_interval]))`).
+					Format(prometheus.PromQueryFormatHeatmap).
+					LegendFormat("{{le}}")))
+		}
+	}
+	return panels
+}
+
+func buildInfo() cog.Builder[sdk.Panel] {
+	return tablePanel("Build", "The skewgate build each node runs.", []string{"Time", "Value", "__name__", "job"}, nil).
+		Span(24).
+		WithTarget(tableQuery(`skewgate_build_info{` + onNode + `}`))
+}
+
+func timeSeries(title, description, unit string) *timeseries.PanelBuilder {
+	return timeseries.NewPanelBuilder().
+		Title(title).
+		Description(description).
+		Datasource(datasource).
+		Height(8).Span(12).
+		Unit(unit).
+		Min(0).
+		Legend(common.NewVizLegendOptionsBuilder().DisplayMode(common.LegendDisplayModeTable).Placement(common.LegendPlacementBottom).ShowLegend(true).Calcs([]string{"lastNotNull", "max"})).
+		Tooltip(common.NewVizTooltipOptionsBuilder().Mode(common.TooltipDisplayModeMulti).Sort(common.SortOrderDescending))
+}
+
+// tablePanel shows an instant query's labels as columns, without the
+// columns hide names and with those rename names renamed.
+func tablePanel(title, description string, hide []string, rename map[string]string) *table.PanelBuilder {
+	excluded := map[string]bool{}
+	for _, h := range hide {
+		excluded[h] = true
+	}
+	if rename == nil {
+		rename = map[string]string{}
+	}
+	return table.NewPanelBuilder().
+		Title(title).
+		Description(description).
+		Datasource(datasource).
+		Height(8).Span(12).
+		Footer(common.NewTableFooterOptionsBuilder().Show(false).Reducer([]string{})).
+		WithTransformation(sdk.DataTransformerConfig{Id: "organize", Options: map[string]any{"excludeByName": excluded, "renameByName": rename}})
+}
+
+func rangeQuery(expr, legend string) *prometheus.DataqueryBuilder {
+	return prometheus.NewDataqueryBuilder().Datasource(datasource).Expr(expr).LegendFormat(legend).Range()
+}
+
+func tableQuery(expr string) *prometheus.DataqueryBuilder {
+	return prometheus.NewDataqueryBuilder().Datasource(datasource).Expr(expr).Format(prometheus.PromQueryFormatTable).Instant()
+}
+
+func valueText(value, text, color string) sdk.ValueMapping {
+	return sdk.ValueMapping{ValueMap: &sdk.ValueMap{
+		Type:    sdk.MappingTypeValueToText,
+		Options: map[string]sdk.ValueMappingResult{value: {Text: ptr(text), Color: ptr(color)}},
+	}}
+}
+
+func fixedColor(color string) []sdk.DynamicConfigValue {
+	return []sdk.DynamicConfigValue{{Id: "color", Value: map[string]string{"mode": "fixed", "fixedColor": color}}}
+}
+
+func thresholds(red float64) *sdk.ThresholdsConfigBuilder {
+	return sdk.NewThresholdsConfigBuilder().Mode(sdk.ThresholdsModeAbsolute).Steps([]sdk.Threshold{
+		{Value: nil, Color: "green"},
+		{Value: ptr(red), Color: "red"},
+	})
+}
