@@ -14,7 +14,7 @@ COMMIT     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILD_DATE ?= $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
 LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: all build test lab-build lab-up lab-down demo bench fmt vet fuzz soak
+.PHONY: all build test lab-build lab-up lab-down demo bench fmt vet fuzz soak upgrade-drill
 
 all: build
 
@@ -41,6 +41,13 @@ lab-up: lab-build
 
 lab-down: build
 	$(BIN)/skewlab down --dir $(LAB_DIR)
+
+# The rolling upgrade and rollback, three ways; writes docs/upgrade-drill.md
+# and docs/drill/*.png. Needs the Debian package prometheus for the
+# dashboard and alert checks.
+upgrade-drill: lab-build
+	@command -v prometheus >/dev/null || { apt-get update && apt-get install -y prometheus; }
+	$(BIN)/skewlab drill --skewgate $(BIN)/skewgate
 
 demo: lab-build
 	./deploy/demo.sh

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -22,6 +23,9 @@ type Options struct {
 	// Skewgate, if set, is the skewgate binary to run on every node,
 	// steering the node's IP:6443 into itself.
 	Skewgate string
+	// Versions are more kube-apiserver versions to have built, for
+	// UpgradeNode.
+	Versions []string
 }
 
 // Plane is a running lab control plane.
@@ -51,7 +55,7 @@ func Up(ctx context.Context, o Options) (*Plane, error) {
 	if err := refuseIfUp(o.Dir); err != nil {
 		return nil, err
 	}
-	var versions []string
+	versions := append([]string(nil), o.Versions...)
 	for _, n := range o.Spec.Nodes {
 		versions = append(versions, n.Version)
 	}
@@ -291,6 +295,44 @@ func (p *Plane) KillNode(name string) error {
 		return fmt.Errorf("%s (pid %d) still there after SIGKILL", name, proc.PID)
 	}
 	return nil
+}
+
+// UpgradeNode replaces node name's kube-apiserver with version, as a
+// rolling upgrade (or rollback) does: a graceful stop, hold (an image
+// pull, say), then the new binary, waited for until ready. The version must
+// be one the plane was built with (Options.Versions).
+func (p *Plane) UpgradeNode(ctx context.Context, name, version string, hold, timeout time.Duration) error {
+	if _, ok := p.Bins.APIServers[version]; !ok {
+		return fmt.Errorf("kube-apiserver %s not built for this plane", version)
+	}
+	i := slices.IndexFunc(p.Spec.Nodes, func(n Node) bool { return n.Name == name })
+	if i < 0 {
+		return fmt.Errorf("no node %s", name)
+	}
+	if err := p.StopNode(name); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(hold):
+	}
+	p.Spec.Nodes[i].Version = version
+	p.State.Spec = p.Spec
+	if err := p.State.save(); err != nil {
+		return err
+	}
+	return p.StartNode(ctx, name, timeout)
+}
+
+// StartAux starts a helper process of the lab's (a Prometheus, say) in
+// the root namespace, logging to logs/<name>.log; lab-down stops it.
+func (p *Plane) StartAux(name, bin string, args []string) (Proc, error) {
+	proc, err := startProcess(name, bin, args, "", "", p.logFile(name))
+	if err != nil {
+		return Proc{}, err
+	}
+	return proc, p.State.setProc(proc)
 }
 
 // FreezeNode stops node name's kube-apiserver with SIGSTOP: a hung server

@@ -23,6 +23,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newBuildCmd(), newUpCmd(), newDownCmd())
+	root.AddCommand(newBuildCmd(), newUpCmd(), newDownCmd(), newDrillCmd())
 	return root
 }

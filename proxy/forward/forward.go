@@ -1,9 +1,11 @@
 package forward
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptrace"
 	"sync/atomic"
@@ -49,6 +51,32 @@ type Request struct {
 	// LongRunning requests (watches) do not count against a backend's
 	// in-flight limit.
 	LongRunning bool
+	// Served: routing chose the candidates because their discovery lists
+	// the resource. An apiserver that then answers "the server could not
+	// find the requested resource" has changed since its discovery was
+	// read (it restarted on another version): its 404 is no answer to
+	// pass on. Stale, if set, learns of it; the request moves to the next
+	// candidate, or gets a 503.
+	Served bool
+	Stale  func(id string)
+}
+
+// errStale is an apiserver that denied serving what its discovery lists.
+var errStale = errors.New("the apiserver no longer serves the resource its discovery listed; its discovery is being read again")
+
+// notFoundResource is kube-apiserver's message for a resource type it does
+// not serve, as opposed to an object that does not exist.
+var notFoundResource = []byte("the server could not find the requested resource")
+
+// stale reports whether resp is such a denial, keeping its body readable.
+func stale(resp *http.Response) bool {
+	if resp.StatusCode != http.StatusNotFound {
+		return false
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return bytes.Contains(body, notFoundResource)
 }
 
 // Forward sends r (its identity headers already set) to the first candidate
@@ -126,6 +154,14 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		resp, connected, err := roundTrip(req, b, f.req)
 		done(err)
+		if err == nil && f.req.Served && stale(resp) {
+			resp.Body.Close()
+			if f.req.Stale != nil {
+				f.req.Stale(b.ID)
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", b.ID, errStale))
+			continue // nothing was done there: the next capable one may answer
+		}
 		if err == nil {
 			resp.Header.Set(HeaderServer, b.ID)
 			return resp, nil

@@ -27,6 +27,7 @@ func (m *Members) probeLoop(ctx context.Context, s *server, c *http.Client) {
 			return
 		}
 		if s.observe(time.Since(start), err, start) {
+			m.notePreDown(s)
 			m.logHealth(s.status())
 			m.endStreamsIfOut(s)
 			if s.status().Healthy {
@@ -72,9 +73,13 @@ func (m *Members) refreshLoop(ctx context.Context, id string, kicked <-chan stru
 	defer t.Stop()
 	for {
 		before := m.store.Snapshot().Servers[id].Capabilities.GroupVersions()
+		gen, s := m.confirmable(id)
 		fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		_ = m.store.Refresh(fctx, id, f) // the error is kept in the store's state
+		err := m.store.Refresh(fctx, id, f) // the error is kept in the store's state
 		cancel()
+		if err == nil && s != nil {
+			m.confirmed(id, s, gen)
+		}
 		m.logDiscovery(id, before, m.store.Snapshot().Servers[id].Capabilities.GroupVersions())
 		m.readVersion(ctx, id)
 		if ctx.Err() != nil {
@@ -166,4 +171,47 @@ func (m *Members) readVersion(ctx context.Context, id string) {
 	if changed {
 		m.cfg.Log.Info("apiserver version changed", "server", id, "version", v.GitVersion)
 	}
+}
+
+func (m *Members) confirmable(id string) (uint64, *server) {
+	m.mu.Lock()
+	s, ok := m.servers[id]
+	m.mu.Unlock()
+	if !ok {
+		return 0, nil
+	}
+	return s.confirmable(), s
+}
+
+// notePreDown keeps what a server served when it went down.
+func (m *Members) notePreDown(s *server) {
+	if st := s.status(); !st.Healthy {
+		caps := m.store.Snapshot().Capabilities(s.backend.ID)
+		s.mu.Lock()
+		if s.preDown == nil {
+			s.preDown = caps
+		}
+		s.mu.Unlock()
+	}
+}
+
+// confirmed follows the first discovery read after a server came back: if
+// it now serves less than before it went down (it restarted on another
+// version: a rollback), what it served is remembered for the grace, so
+// those resources answer 503, not 404, as those of a departed server do.
+func (m *Members) confirmed(id string, s *server, gen uint64) {
+	pre := s.confirm(gen)
+	if pre == nil {
+		return
+	}
+	now := m.store.Snapshot().Capabilities(id)
+	_, vanished := diffGroupVersions(pre.GroupVersions(), now.GroupVersions())
+	if len(vanished) > 0 {
+		s.mu.Lock()
+		s.lost, s.lostUntil = pre, time.Now().Add(m.cfg.DepartGrace)
+		s.mu.Unlock()
+		m.cfg.Log.Warn("apiserver came back serving less: what it no longer serves answers 503, not 404, for the grace",
+			"server", id, "vanished", vanished, "grace", m.cfg.DepartGrace)
+	}
+	m.publish()
 }

@@ -188,6 +188,7 @@ func (m *Members) ConnFailed(id string, err error) {
 	s, ok := m.servers[id]
 	m.mu.Unlock()
 	if ok && s.connFailed(err) {
+		m.notePreDown(s)
 		m.cfg.Log.Warn("apiserver unhealthy: connection failed", "server", id, "err", err)
 		m.endStreamsIfOut(s)
 		m.publish()
@@ -205,6 +206,16 @@ func (m *Members) RefreshSoon() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, k := range m.kicks {
+		kick(k)
+	}
+}
+
+// Recheck re-reads server id's discovery at once: it denied serving a
+// resource its discovery lists (it restarted on another version).
+func (m *Members) Recheck(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if k, ok := m.kicks[id]; ok {
 		kick(k)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/skewgate/skewgate/proxy/discovery"
 	"github.com/skewgate/skewgate/proxy/forward"
 )
 
@@ -43,6 +44,17 @@ type server struct {
 	departed time.Time
 	// version is the apiserver's /version gitVersion, as last read.
 	version string
+	// downSince is when it last turned unhealthy. Until a discovery
+	// read that began after it came back succeeds (unconfirmed), what it
+	// serves is not known: it may have restarted on another version.
+	downSince   time.Time
+	unconfirmed bool
+	upGen       uint64 // counts returns to health
+	// preDown is what it served when it went down; lost is that, kept
+	// until lostUntil, when it came back serving less.
+	preDown   *discovery.Capabilities
+	lost      *discovery.Capabilities
+	lostUntil time.Time
 	// stop ends its probe and refresh loops.
 	stop func()
 }
@@ -60,6 +72,7 @@ func (s *server) observe(rtt time.Duration, err error, at time.Time) bool {
 	defer s.mu.Unlock()
 	s.lastProbe = at
 	was := s.healthy
+	defer s.noteTransition(was, at)
 	if err != nil {
 		s.lastErr, s.passes = err, 0
 		s.fails++
@@ -93,7 +106,41 @@ func (s *server) connFailed(err error) bool {
 	defer s.mu.Unlock()
 	was := s.healthy
 	s.healthy, s.passes, s.fails, s.lastErr = false, 0, failThreshold, err
+	s.noteTransition(was, time.Now())
 	return was
+}
+
+// noteTransition marks the discovery unconfirmed when the server goes down
+// and counts its returns; s.mu is held.
+func (s *server) noteTransition(was bool, at time.Time) {
+	switch {
+	case was && !s.healthy:
+		s.downSince, s.unconfirmed = at, true
+	case !was && s.healthy:
+		s.upGen++
+	}
+}
+
+// confirmable returns the return count a discovery read starts under.
+func (s *server) confirmable() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.upGen
+}
+
+// confirm marks the discovery current after a read that began under gen
+// while healthy. It returns what the server served before it went down
+// when this is the first confirmation since it came back, else nil.
+func (s *server) confirm(gen uint64) *discovery.Capabilities {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.unconfirmed || !s.healthy || gen != s.upGen {
+		return nil
+	}
+	s.unconfirmed = false
+	pre := s.preDown
+	s.preDown = nil
+	return pre
 }
 
 // Status is a server's state for people and metrics.

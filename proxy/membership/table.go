@@ -3,6 +3,7 @@ package membership
 import (
 	"time"
 
+	"github.com/skewgate/skewgate/proxy/discovery"
 	"github.com/skewgate/skewgate/proxy/route"
 )
 
@@ -16,9 +17,11 @@ func (m *Members) publish() {
 	m.mu.Lock()
 	var healthy []string
 	statuses := make(map[string]Status, len(m.servers))
+	doubts := make(map[string]doubt, len(m.servers))
 	for id, s := range m.servers {
 		st := s.status()
 		statuses[id] = st
+		doubts[id] = s.doubt()
 		if st.Healthy && st.Departed == nil {
 			healthy = append(healthy, id)
 		}
@@ -39,6 +42,12 @@ func (m *Members) publish() {
 			// refresh loop publishes.
 			rs.Unknown = st.Departed == nil && now.Sub(st.Joined) < m.cfg.DepartGrace
 		}
+		if d := doubts[id]; st.Departed == nil {
+			rs.Unknown = rs.Unknown || d.unconfirmed && now.Sub(d.downSince) < m.cfg.DepartGrace
+			if d.lost != nil && now.Before(d.lostUntil) {
+				rs.Lost = d.lost
+			}
+		}
 		if st.Local {
 			t.Local = rs
 		} else {
@@ -49,4 +58,18 @@ func (m *Members) publish() {
 	if onChange != nil {
 		onChange()
 	}
+}
+
+// doubt is what routing must not take for granted about a server.
+type doubt struct {
+	unconfirmed bool
+	downSince   time.Time
+	lost        *discovery.Capabilities
+	lostUntil   time.Time
+}
+
+func (s *server) doubt() doubt {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return doubt{s.unconfirmed, s.downSince, s.lost, s.lostUntil}
 }

@@ -44,11 +44,18 @@ type Server struct {
 	// window: it is never routed to, but what it served is still
 	// "temporarily unavailable", not absent.
 	Departed bool
-	// Unknown marks a member whose discovery was never read (unreachable
-	// since skewgate started or since it joined) within the grace window:
-	// it may serve anything, so what the local server does not serve is
+	// Unknown marks a member whose discovery is not known to be current,
+	// within the grace window: never read (unreachable since skewgate
+	// started or since it joined), or not re-read since it went down (it
+	// may come back on another version, as in a rolling upgrade). It may
+	// serve anything, so what the local server does not serve is
 	// unavailable, not absent, until it is known.
 	Unknown bool
+	// Lost is what the server served before it restarted on another
+	// version, within the grace window (nil: nothing): during a rollback
+	// a resource type the last new server took away is temporarily
+	// unavailable, not absent.
+	Lost Capabilities
 }
 
 // Table is the snapshot routing decides on.
@@ -107,11 +114,18 @@ func Decide(req Request, t *Table, marked bool, clientKey string) Decision {
 		return Decision{Route: Unavailable, Servers: ids(down), Rule: 5,
 			Reason: fmt.Sprintf("only unhealthy or departed peers serve %s", what)}
 	}
-	var unknown []Server
-	for _, p := range t.Peers {
-		if p.Caps == nil && p.Unknown {
+	var unknown, lost []Server
+	for _, p := range append([]Server{t.Local}, t.Peers...) {
+		switch {
+		case p.Lost != nil && serves(p.Lost):
+			lost = append(lost, p)
+		case p.Unknown && p.ID != t.Local.ID:
 			unknown = append(unknown, p)
 		}
+	}
+	if len(lost) > 0 {
+		return Decision{Route: Unavailable, Servers: ids(lost), Rule: 5,
+			Reason: fmt.Sprintf("%d server(s) served %s before they restarted on another version, within the grace", len(lost), what)}
 	}
 	if len(unknown) > 0 {
 		return Decision{Route: Unavailable, Servers: ids(unknown), Rule: 5,

@@ -125,6 +125,12 @@ func TestDecide(t *testing.T) {
 	departed.Departed = true
 	unknown := peer("u", false, 0, nil)
 	unknown.Unknown = true
+	restarting := peer("r", false, 0, oldCaps) // went down: may come back on another version
+	restarting.Unknown = true
+	rolledBack := peer("rb", true, 0, oldCaps) // came back on the old version, without workloads
+	rolledBack.Lost = newCaps
+	localRolledBack := table(oldCaps)
+	localRolledBack.Local.Lost = newCaps
 	cases := []struct {
 		name     string
 		req      Request
@@ -149,6 +155,12 @@ func TestDecide(t *testing.T) {
 		{"not known yet, another peer serves", workloads, table(oldCaps, unknown, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},
 		{"not known yet, a peer down serves", workloads, table(oldCaps, unknown, peer("b", false, 0, newCaps)), false, Unavailable, 5, []string{"b"}},
 		{"not known yet, local serves", pods, table(oldCaps, unknown), false, Local, 3, []string{"a"}},
+		{"a peer down may come back serving it", workloads, table(oldCaps, restarting), false, Unavailable, 5, []string{"r"}},
+		{"a peer down, local serves", pods, table(oldCaps, restarting), false, Local, 3, []string{"a"}},
+		{"a peer rolled back within the grace", workloads, table(oldCaps, rolledBack), false, Unavailable, 5, []string{"rb"}},
+		{"the local server rolled back within the grace", workloads, localRolledBack, false, Unavailable, 5, []string{"a"}},
+		{"rolled back, another peer serves", workloads, table(oldCaps, rolledBack, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},
+		{"rolled back, never served it", widgets, table(oldCaps, rolledBack), false, Local, 6, []string{"a"}},
 		{"nobody serves", widgets, table(oldCaps, peer("b", true, 0, newCaps)), false, Local, 6, []string{"a"}},
 		{"group discovery of peer-only group", groupOnly, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},
 		{"openapi of peer-only gv", openapi, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/skewgate/skewgate/deploy/monitoring/dashboard"
+	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/lab/drill"
+)
+
+func newDrillCmd() *cobra.Command {
+	o := drill.Options{Dir: lab.DefaultDir(), CacheDir: lab.DefaultCacheDir(), Progress: os.Stdout}
+	report, modes := filepath.Join("docs", "upgrade-drill.md"), ""
+	cmd := &cobra.Command{
+		Use:   "drill",
+		Short: "Roll a three-node plane from v1.35.4 to v1.36.3 and back under load, without skewgate, with the in-tree proxy and with skewgate, and report every false 404",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if modes != "" {
+				o.Modes = strings.Split(modes, ",")
+			}
+			if o.Prometheus == "" {
+				o.Prometheus, _ = exec.LookPath("prometheus")
+			}
+			qs, err := dashboardQueries()
+			if err != nil {
+				return err
+			}
+			o.Queries = qs
+			// client-go's informers log every failed list: the report
+			// counts them instead.
+			klog.SetLogger(logr.Discard())
+			return runDrill(cmd, o, report)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Dir, "dir", o.Dir, "lab state directory")
+	f.StringVar(&o.CacheDir, "cache", o.CacheDir, "binary cache")
+	f.StringVar(&o.Skewgate, "skewgate", "bin/skewgate", "skewgate binary for the skewgate mode")
+	f.BoolVar(&o.Short, "short", false, "upgrade and roll back node-a only")
+	f.StringVar(&modes, "modes", "", "comma-separated subset of: "+strings.Join([]string{drill.ModeNone, drill.ModeInTree, drill.ModeSkewgate}, ","))
+	f.StringVar(&report, "report", report, "where the markdown report goes")
+	f.StringVar(&o.OutDir, "images", filepath.Join("docs", "drill"), "where the report's PNGs go")
+	f.StringVar(&o.Prometheus, "prometheus", "", "prometheus binary (default: from $PATH)")
+	return cmd
+}
+
+func runDrill(cmd *cobra.Command, o drill.Options, report string) error {
+	results, err := drill.Run(cmd.Context(), o)
+	if err != nil {
+		return err
+	}
+	return drill.WriteAll(report, o, results, "make upgrade-drill")
+}
+
+// dashboardQueries are the shipped dashboard's panel queries, variables
+// set to every node and server, as Grafana would send them.
+func dashboardQueries() ([]drill.PanelQuery, error) {
+	qs, err := dashboard.Queries()
+	if err != nil {
+		return nil, err
+	}
+	r := strings.NewReplacer("$node", ".*", "$server", ".*", "$__rate_interval", "30s")
+	out := make([]drill.PanelQuery, 0, len(qs))
+	for _, q := range qs {
+		out = append(out, drill.PanelQuery{Panel: q.Panel + " " + q.RefID, Expr: r.Replace(q.Expr)})
+	}
+	return out, nil
+}

@@ -1,0 +1,231 @@
+// Package drill runs the upgrade window skewgate exists for, on the lab: a
+// three-node control plane rolls from v1.35.4 to v1.36.3 one node at a
+// time and back, under a realistic workload spread by a load balancer, once
+// without skewgate, once with kube-apiserver's in-tree Mixed Version Proxy,
+// once with skewgate — and counts, per phase, every false 404.
+package drill
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/skewgate/skewgate/lab"
+)
+
+// Modes the drill compares.
+const (
+	ModeNone     = "no skewgate"
+	ModeInTree   = "in-tree proxy"
+	ModeSkewgate = "skewgate"
+)
+
+// Options configure Run.
+type Options struct {
+	Dir      string // lab state directory for each mode's plane
+	CacheDir string
+	Skewgate string   // skewgate binary, for ModeSkewgate
+	Modes    []string // default: all three, in that order
+	// Short upgrades and rolls back node-a only (CI); otherwise every node.
+	Short bool
+	// Steady is how long the plane runs between phases (default 10 s).
+	Steady time.Duration
+	// Hold keeps node-b's apiserver down this long in its upgrade (a slow
+	// image pull), long enough for the peer-down alert (default 40 s;
+	// Short: none).
+	Hold time.Duration
+	// Prometheus is the prometheus binary; with it, the skewgate mode is
+	// scraped and the dashboard's queries and the alerts are checked.
+	Prometheus string
+	// MonitoringDir holds alerts.yaml (default deploy/monitoring).
+	MonitoringDir string
+	// Queries are the dashboard panels' queries to check ("" none).
+	Queries []PanelQuery
+	// OutDir receives the PNGs (default docs/drill).
+	OutDir   string
+	Progress io.Writer
+}
+
+// PanelQuery is one dashboard panel's PromQL, variables substituted.
+type PanelQuery struct {
+	Panel, Expr string
+}
+
+// Result is one mode's run.
+type Result struct {
+	Mode    string
+	Start   time.Time
+	End     time.Time
+	Phases  []Phase
+	events  []event
+	gaps    map[string]int
+	Monitor *Monitoring // skewgate mode with Prometheus only
+}
+
+// Phase is a named span of the drill.
+type Phase struct {
+	Name       string
+	Start, End time.Time
+}
+
+func (o *Options) defaults() {
+	if len(o.Modes) == 0 {
+		o.Modes = []string{ModeNone, ModeInTree, ModeSkewgate}
+	}
+	if o.Steady == 0 {
+		o.Steady = 10 * time.Second
+	}
+	if o.Hold == 0 && !o.Short {
+		o.Hold = 40 * time.Second
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if o.MonitoringDir == "" {
+		o.MonitoringDir = filepath.Join("deploy", "monitoring")
+	}
+	if o.OutDir == "" {
+		o.OutDir = filepath.Join("docs", "drill")
+	}
+}
+
+// Run runs the drill once per mode, each on a fresh plane torn down after.
+func Run(ctx context.Context, o Options) ([]*Result, error) {
+	o.defaults()
+	var out []*Result
+	for _, mode := range o.Modes {
+		fmt.Fprintf(o.Progress, "drill: %s\n", mode)
+		r, err := runMode(ctx, o, mode)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", mode, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// steps are the rolling upgrade and rollback, one node at a time.
+func steps(short bool) []step {
+	nodes := []string{"node-a", "node-b", "node-c"}
+	if short {
+		nodes = nodes[:1]
+	}
+	var s []step
+	for _, n := range nodes {
+		s = append(s, step{"upgrade " + n, n, lab.NewVersion})
+	}
+	s = append(s, step{name: "steady " + lab.NewVersion})
+	for i := len(nodes) - 1; i >= 0; i-- {
+		s = append(s, step{"rollback " + nodes[i], nodes[i], lab.OldVersion})
+	}
+	return append(s, step{name: "steady " + lab.OldVersion + " again"})
+}
+
+type step struct{ name, node, version string }
+
+func runMode(ctx context.Context, o Options, mode string) (*Result, error) {
+	spec, err := lab.ParseNodes("node-a=" + lab.OldVersion + ",node-b=" + lab.OldVersion + ",node-c=" + lab.OldVersion)
+	if err != nil {
+		return nil, err
+	}
+	spec.InTreeProxy = mode == ModeInTree
+	lo := lab.Options{Dir: o.Dir, CacheDir: o.CacheDir, Spec: spec, Progress: o.Progress,
+		Versions: []string{lab.NewVersion}}
+	if mode == ModeSkewgate {
+		lo.Skewgate = o.Skewgate
+	}
+	plane, err := lab.Up(ctx, lo)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := lab.Down(o.Dir); err != nil {
+			fmt.Fprintf(o.Progress, "drill: lab down: %v\n", err)
+		}
+	}()
+	pres := newPresence()
+	probe, err := probeClient(plane.PKI)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range plane.Spec.Nodes {
+		pres.up(n.Name, n.Version)
+	}
+	if err := pres.learn(ctx, probe, plane.Spec.Nodes[0].URL(), lab.OldVersion); err != nil {
+		return nil, err
+	}
+	var mon *Monitoring
+	if mode == ModeSkewgate && o.Prometheus != "" {
+		if mon, err = startMonitoring(plane, o); err != nil {
+			return nil, err
+		}
+	}
+	res, err := drive(ctx, o, plane, pres)
+	if err != nil {
+		return nil, err
+	}
+	res.Mode, res.Monitor = mode, mon
+	if mon != nil {
+		mon.check(ctx, res, o)
+	}
+	return res, nil
+}
+
+// drive runs the workload through the steps and returns what it saw.
+func drive(ctx context.Context, o Options, plane *lab.Plane, pres *presence) (*Result, error) {
+	rec := newRecorder(pres.served)
+	lb := newBalancer(plane.Spec.Nodes)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	pc, err := probeClient(plane.PKI)
+	if err != nil {
+		return nil, err
+	}
+	go lb.check(wctx, pc)
+	res := &Result{Start: time.Now(), gaps: map[string]int{}}
+	gaps := &gapCounter{counts: res.gaps, served: pres.served}
+	phase := func() string { rec.mu.Lock(); defer rec.mu.Unlock(); return rec.phase }
+	gaps.phase = phase
+	begin := func(name string) {
+		now := time.Now()
+		if n := len(res.Phases); n > 0 {
+			res.Phases[n-1].End = now
+		}
+		res.Phases = append(res.Phases, Phase{Name: name, Start: now})
+		rec.setPhase(name)
+		fmt.Fprintf(o.Progress, "drill:   %s\n", name)
+	}
+	done := make(chan struct{})
+	go func() { clients{plane.PKI, lb, rec}.workload(wctx, gaps); close(done) }()
+	begin("steady " + lab.OldVersion)
+	sleep(ctx, o.Steady)
+	for _, s := range steps(o.Short) {
+		begin(s.name)
+		if s.node == "" {
+			sleep(ctx, o.Steady)
+			continue
+		}
+		hold := time.Duration(0)
+		if s.node == "node-b" && s.version == lab.NewVersion {
+			hold = o.Hold
+		}
+		pres.down(s.node, time.Now())
+		if err := plane.UpgradeNode(ctx, s.node, s.version, hold, 90*time.Second); err != nil {
+			return nil, err
+		}
+		pres.up(s.node, s.version)
+		n, _ := plane.Node(s.node)
+		if err := pres.learn(ctx, pc, n.URL(), s.version); err != nil {
+			fmt.Fprintf(o.Progress, "drill:   %v\n", err)
+		}
+		sleep(ctx, 3*time.Second) // the next node waits until this one serves
+	}
+	res.End = time.Now()
+	res.Phases[len(res.Phases)-1].End = res.End
+	stop()
+	<-done
+	res.events = rec.snapshot()
+	return res, ctx.Err()
+}

@@ -1,0 +1,139 @@
+package drill
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// grace is how long a server that left still counts as serving what it
+// served: skewgate's departure grace, and the definition of a false 404.
+const grace = 5 * time.Minute
+
+// presence knows which kube-apiserver versions serve the plane at a time:
+// the live ones, and those that left within the grace window.
+type presence struct {
+	mu       sync.Mutex
+	live     map[string]string // node → version
+	departed []departure
+	catalog  map[string]map[schema.GroupVersionResource]bool // version → what it serves
+}
+
+type departure struct {
+	version string
+	at      time.Time
+}
+
+func newPresence() *presence {
+	return &presence{live: map[string]string{}, catalog: map[string]map[schema.GroupVersionResource]bool{}}
+}
+
+func (p *presence) up(node, version string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.live[node] = version
+}
+
+func (p *presence) down(node string, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if v, ok := p.live[node]; ok {
+		p.departed = append(p.departed, departure{v, at})
+		delete(p.live, node)
+	}
+}
+
+// served reports whether a version live now, or one that left within the
+// grace, serves gvr (an empty resource: the group/version).
+func (p *presence) served(gvr schema.GroupVersionResource) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	versions := map[string]bool{}
+	for _, v := range p.live {
+		versions[v] = true
+	}
+	for _, d := range p.departed {
+		if time.Since(d.at) < grace {
+			versions[d.version] = true
+		}
+	}
+	for v := range versions {
+		if p.catalog[v][gvr] {
+			return true
+		}
+	}
+	return false
+}
+
+// learn reads what version serves from its server's own (nopeer)
+// aggregated discovery, once per version.
+func (p *presence) learn(ctx context.Context, c *http.Client, baseURL, version string) error {
+	p.mu.Lock()
+	_, known := p.catalog[version]
+	p.mu.Unlock()
+	if known {
+		return nil
+	}
+	cat := map[schema.GroupVersionResource]bool{}
+	for _, path := range []string{"/api", "/apis"} {
+		list, err := aggregated(ctx, c, baseURL+path)
+		if err != nil {
+			return fmt.Errorf("discovery of %s: %w", version, err)
+		}
+		for _, g := range list.Items {
+			for _, v := range g.Versions {
+				gv := schema.GroupVersion{Group: g.Name, Version: v.Version}
+				cat[gv.WithResource("")] = true
+				for _, r := range v.Resources {
+					cat[gv.WithResource(r.Resource)] = true
+				}
+			}
+		}
+	}
+	p.mu.Lock()
+	p.catalog[version] = cat
+	p.mu.Unlock()
+	return nil
+}
+
+// onlyIn lists what a serves and b does not.
+func (p *presence) onlyIn(a, b string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for gvr := range p.catalog[a] {
+		if gvr.Resource != "" && !p.catalog[b][gvr] {
+			out = append(out, gvr.GroupVersion().String()+"/"+gvr.Resource)
+		}
+	}
+	return out
+}
+
+func aggregated(ctx context.Context, c *http.Client, url string) (*apidiscoveryv2.APIGroupDiscoveryList, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer")
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	var list apidiscoveryv2.APIGroupDiscoveryList
+	return &list, json.Unmarshal(body, &list)
+}

@@ -1,0 +1,196 @@
+package drill
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Tally is what one phase (or a whole run) of one mode answered.
+type Tally struct {
+	Requests, OK, False404, Unavailable, Errors int
+	// UnavailableFor spans the first to the last 503 of the phase.
+	UnavailableFor time.Duration
+	Routes         map[string]int
+	P50, P99       time.Duration
+	// Gaps are discovery answers that lacked a group/version a present
+	// server serves.
+	Gaps int
+}
+
+// tally counts events; latencies of requests other than watches.
+func tally(events []event, gaps int) Tally {
+	t := Tally{Routes: map[string]int{}, Gaps: gaps}
+	var lat []time.Duration
+	var first503, last503 time.Time
+	for _, e := range events {
+		t.Requests++
+		switch e.outcome {
+		case OK:
+			t.OK++
+		case False404:
+			t.False404++
+		case Unavailable:
+			t.Unavailable++
+			if first503.IsZero() {
+				first503 = e.at
+			}
+			last503 = e.at
+		default:
+			t.Errors++
+		}
+		r := e.route
+		if r == "" {
+			r = "-"
+		}
+		t.Routes[r]++
+		if e.kind != "watch" && e.code != 0 {
+			lat = append(lat, e.latency)
+		}
+	}
+	if !first503.IsZero() {
+		t.UnavailableFor = last503.Sub(first503)
+	}
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		t.P50, t.P99 = lat[len(lat)/2], lat[len(lat)*99/100]
+	}
+	return t
+}
+
+// Phases returns the tally of each phase, in order.
+func (r *Result) PhaseTallies() []Tally {
+	out := make([]Tally, len(r.Phases))
+	for i, p := range r.Phases {
+		var evs []event
+		for _, e := range r.events {
+			if e.phase == p.Name {
+				evs = append(evs, e)
+			}
+		}
+		out[i] = tally(evs, r.gaps[p.Name])
+	}
+	return out
+}
+
+// Total is the tally of the whole run.
+func (r *Result) Total() Tally {
+	gaps := 0
+	for _, g := range r.gaps {
+		gaps += g
+	}
+	return tally(r.events, gaps)
+}
+
+// WriteReport writes the drill's report as markdown.
+func WriteReport(w io.Writer, results []*Result, o Options, command string, images []string) {
+	fmt.Fprintf(w, "# Upgrade drill: v1.35.4 → v1.36.3 → v1.35.4\n\n")
+	fmt.Fprintf(w, "Written by `%s` on %s (%s/%s, %d CPUs); regenerate it by running that again. "+
+		"Three nodes start at v1.35.4 and are upgraded one at a time to v1.36.3, each after the previous is ready, then rolled back one at a time. "+
+		"node-b's apiserver is held down %s in its upgrade (a slow image pull). A load balancer spreads the workload's connections over the nodes whose `/readyz` passes: "+
+		"informers (list + watch) on configmaps, `scheduling.k8s.io/v1alpha2` workloads and `admissionregistration.k8s.io/v1` mutatingadmissionpolicies "+
+		"(both only on v1.36; diffing the two versions' discovery finds nothing only on v1.35), creates/updates/deletes, lists and gets, "+
+		"discovery refreshes as kubectl does them, and a namespace deleted as the namespace controller does (discovery, then deletecollection of every namespaced resource).\n\n",
+		command, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), o.Hold)
+	fmt.Fprintf(w, "A **false 404** is a 404 \"the server could not find the requested resource\" for a resource type that a live server, or one that left within %s, serves. "+
+		"A **discovery gap** is a discovery answer (a client's refresh, or the namespace deletion's) that lacks such a group/version: the client then acts as on a false 404.\n\n", grace)
+	fmt.Fprintf(w, "## Totals\n\n| mode | duration | requests | false 404s | discovery gaps | 503s | 503s lasted | other errors | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		t := r.Total()
+		fmt.Fprintf(w, "| %s | %s | %d | **%d** | %d | %d | %s | %d | %s | %s |\n", r.Mode, r.End.Sub(r.Start).Round(time.Second),
+			t.Requests, t.False404, t.Gaps, t.Unavailable, t.UnavailableFor.Round(100*time.Millisecond), t.Errors, ms(t.P50), ms(t.P99))
+	}
+	for _, img := range images {
+		fmt.Fprintf(w, "\n![%s](%s)\n", img, img)
+	}
+	for _, r := range results {
+		fmt.Fprintf(w, "\n## %s, per phase\n\n| phase | took | requests | false 404s | discovery gaps | 503s (lasted) | other errors | routes | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|\n", r.Mode)
+		for i, t := range r.PhaseTallies() {
+			p := r.Phases[i]
+			fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d (%s) | %d | %s | %s | %s |\n", p.Name, p.End.Sub(p.Start).Round(100*time.Millisecond),
+				t.Requests, t.False404, t.Gaps, t.Unavailable, t.UnavailableFor.Round(100*time.Millisecond), t.Errors, routes(t.Routes), ms(t.P50), ms(t.P99))
+		}
+		if r.Monitor != nil {
+			writeMonitoring(w, r.Monitor)
+		}
+	}
+}
+
+func writeMonitoring(w io.Writer, m *Monitoring) {
+	fmt.Fprintf(w, "\n### Prometheus during the window\n\nA real Prometheus scraped every node's skewgate every 2 s with this generated configuration and the shipped alert rules:\n\n```yaml\n%s```\n", m.Config)
+	fmt.Fprintf(w, "\n| alert (provoked) | fired | first firing | resolved |\n|---|---|---|---|\n")
+	for _, a := range m.Alerts {
+		fmt.Fprintf(w, "| %s | %t | %s | %t |\n", a.Name, a.Fired, clock(a.FiredAt), a.Resolved)
+	}
+	if len(m.Panels) > 0 {
+		fmt.Fprintf(w, "\nEvery dashboard query, evaluated over the window:\n\n| panel | query | series |\n|---|---|---|\n")
+		for _, p := range m.Panels {
+			n := fmt.Sprint(p.Series)
+			if p.Err != "" {
+				n = "error: " + p.Err
+			}
+			fmt.Fprintf(w, "| %s | `%s` | %s |\n", p.Panel, strings.ReplaceAll(p.Expr, "|", `\|`), n)
+		}
+	}
+}
+
+func routes(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+func clock(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("15:04:05")
+}
+
+// WriteAll writes the report at path and its images under o.OutDir, named
+// relative to the report.
+func WriteAll(path string, o Options, results []*Result, command string) error {
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		return err
+	}
+	timeline := filepath.Join(o.OutDir, "timeline.png")
+	if err := WriteTimeline(timeline, results); err != nil {
+		return err
+	}
+	images := []string{timeline}
+	for _, r := range results {
+		if r.Monitor != nil && len(r.Monitor.Panels) > 0 {
+			panels := filepath.Join(o.OutDir, "dashboard.png")
+			if err := WritePanels(panels, r); err != nil {
+				return err
+			}
+			images = append(images, panels)
+		}
+	}
+	for i, img := range images {
+		if rel, err := filepath.Rel(filepath.Dir(path), img); err == nil {
+			images[i] = rel
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	WriteReport(f, results, o, command, images)
+	return f.Close()
+}

@@ -1,0 +1,310 @@
+package drill
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/skewgate/skewgate/lab"
+)
+
+// Resources the workload uses: a core one every version serves, and the
+// ones only v1.36 serves (found by diffing the two versions' discovery;
+// nothing is served only by v1.35 with the lab's flags).
+var (
+	configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	workloads  = schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "workloads"}
+	mapolicies = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicies"}
+)
+
+// balancer spreads new connections over the nodes whose /readyz passes, as
+// an L4 load balancer in front of the apiservers does.
+type balancer struct {
+	nodes   []lab.Node
+	mu      sync.Mutex
+	healthy []string // ip:port
+	next    atomic.Uint64
+}
+
+func newBalancer(nodes []lab.Node) *balancer {
+	b := &balancer{nodes: nodes}
+	for _, n := range nodes {
+		b.healthy = append(b.healthy, net.JoinHostPort(n.IP.String(), fmt.Sprint(lab.APIServerPort)))
+	}
+	return b
+}
+
+// check keeps the healthy set current, every 500 ms.
+func (b *balancer) check(ctx context.Context, c *http.Client) {
+	for ctx.Err() == nil {
+		var up []string
+		for _, n := range b.nodes {
+			addr := net.JoinHostPort(n.IP.String(), fmt.Sprint(lab.APIServerPort))
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			req, _ := http.NewRequestWithContext(cctx, http.MethodGet, "https://"+addr+"/readyz", nil)
+			if resp, err := c.Do(req); err == nil {
+				if resp.StatusCode == http.StatusOK {
+					up = append(up, addr)
+				}
+				resp.Body.Close()
+			}
+			cancel()
+		}
+		b.mu.Lock()
+		b.healthy = up
+		b.mu.Unlock()
+		sleep(ctx, 500*time.Millisecond)
+	}
+}
+
+func (b *balancer) dial(ctx context.Context, network, _ string) (net.Conn, error) {
+	b.mu.Lock()
+	healthy := slices.Clone(b.healthy)
+	b.mu.Unlock()
+	if len(healthy) == 0 {
+		return nil, fmt.Errorf("load balancer: no apiserver passes /readyz")
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, healthy[b.next.Add(1)%uint64(len(healthy))])
+}
+
+// clients makes REST clients through the balancer as the lab admin, each
+// with its own connections, every answer recorded.
+type clients struct {
+	pki *lab.PKI
+	lb  *balancer
+	rec *recorder
+}
+
+func (c clients) config() *rest.Config {
+	return &rest.Config{
+		Host: "https://kubernetes:6443",
+		TLSClientConfig: rest.TLSClientConfig{
+			CAFile: c.pki.CAFile, CertFile: c.pki.Admin.CertFile, KeyFile: c.pki.Admin.KeyFile, ServerName: "kubernetes",
+		},
+		Dial:          c.lb.dial,
+		WrapTransport: c.rec.RoundTripper,
+		QPS:           -1, // no client-side throttling: the drill paces itself
+		Timeout:       15 * time.Second,
+	}
+}
+
+func (c clients) dynamic() (*dynamic.DynamicClient, error) { return dynamic.NewForConfig(c.config()) }
+
+// probeClient checks /readyz of each node directly, unrecorded.
+func probeClient(pki *lab.PKI) (*http.Client, error) {
+	caPEM, err := os.ReadFile(pki.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	cert, err := tls.LoadX509KeyPair(pki.Admin.CertFile, pki.Admin.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, ServerName: "kubernetes"}}
+	return &http.Client{Transport: tr, Timeout: 2 * time.Second}, nil
+}
+
+// workload runs every kind of traffic until ctx ends.
+func (c clients) workload(ctx context.Context, gaps *gapCounter) {
+	var wg sync.WaitGroup
+	run := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
+	run(c.informers)
+	for i := range 2 {
+		run(func(ctx context.Context) { c.writer(ctx, i) })
+		run(c.reader)
+	}
+	run(func(ctx context.Context) { c.discovery(ctx, gaps) })
+	run(func(ctx context.Context) { c.namespaces(ctx, gaps) })
+	wg.Wait()
+}
+
+// informers list and watch the three resources, as controllers do.
+func (c clients) informers(ctx context.Context) {
+	dyn, err := c.dynamic()
+	if err != nil {
+		return
+	}
+	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, metav1.NamespaceAll, nil)
+	for _, gvr := range []schema.GroupVersionResource{configMaps, workloads, mapolicies} {
+		f.ForResource(gvr).Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{})
+	}
+	f.Start(ctx.Done())
+	<-ctx.Done()
+	f.Shutdown()
+}
+
+// fresh yields a new dynamic client every 5 s, so each worker's
+// connections spread over the nodes as clients come and go.
+func (c clients) fresh(ctx context.Context, each func(*dynamic.DynamicClient) bool) {
+	for ctx.Err() == nil {
+		dyn, err := c.dynamic()
+		if err != nil {
+			return
+		}
+		until := time.Now().Add(5 * time.Second)
+		for ctx.Err() == nil && time.Now().Before(until) {
+			if !each(dyn) {
+				return
+			}
+		}
+	}
+}
+
+// writer creates, updates and deletes configmaps and workloads.
+func (c clients) writer(ctx context.Context, id int) {
+	n := 0
+	c.fresh(ctx, func(dyn *dynamic.DynamicClient) bool {
+		n++
+		name := fmt.Sprintf("drill-%d-%d", id, n)
+		gvr, obj := configMaps, configMap(name)
+		if n%2 == 0 {
+			gvr, obj = workloads, workload(name)
+		}
+		res := dyn.Resource(gvr).Namespace("default")
+		if created, err := res.Create(ctx, obj, metav1.CreateOptions{}); err == nil {
+			created.SetLabels(map[string]string{"drill": "updated"})
+			_, _ = res.Update(ctx, created, metav1.UpdateOptions{})
+			_ = res.Delete(ctx, name, metav1.DeleteOptions{})
+		}
+		return sleep(ctx, 200*time.Millisecond)
+	})
+}
+
+// reader lists and gets, as kubectl and controllers do.
+func (c clients) reader(ctx context.Context) {
+	c.fresh(ctx, func(dyn *dynamic.DynamicClient) bool {
+		_, _ = dyn.Resource(configMaps).Namespace("default").List(ctx, metav1.ListOptions{Limit: 20})
+		_, _ = dyn.Resource(workloads).Namespace("default").List(ctx, metav1.ListOptions{Limit: 20})
+		_, _ = dyn.Resource(workloads).Namespace("default").Get(ctx, "drill-absent", metav1.GetOptions{})
+		_, _ = dyn.Resource(mapolicies).List(ctx, metav1.ListOptions{Limit: 20})
+		return sleep(ctx, 100*time.Millisecond)
+	})
+}
+
+// gapCounter counts discovery answers that lack a group/version some
+// server present serves: a client acts on that as on a false 404.
+type gapCounter struct {
+	mu     sync.Mutex
+	phase  func() string
+	served func(schema.GroupVersionResource) bool
+	counts map[string]int // phase → gaps
+}
+
+func (g *gapCounter) check(gvs map[schema.GroupVersion]bool) {
+	for _, gv := range []schema.GroupVersion{workloads.GroupVersion()} {
+		if g.served(gv.WithResource("")) && !gvs[gv] {
+			g.mu.Lock()
+			g.counts[g.phase()]++
+			g.mu.Unlock()
+		}
+	}
+}
+
+// discovery refreshes discovery as kubectl does, every 2 s.
+func (c clients) discovery(ctx context.Context, gaps *gapCounter) {
+	for ctx.Err() == nil {
+		dc, err := discovery.NewDiscoveryClientForConfig(c.config())
+		if err != nil {
+			return
+		}
+		if groups, _, err := dc.ServerGroupsAndResources(); err == nil || groups != nil {
+			gvs := map[schema.GroupVersion]bool{}
+			for _, g := range groups {
+				for _, v := range g.Versions {
+					gvs[schema.GroupVersion{Group: g.Name, Version: v.Version}] = true
+				}
+			}
+			gaps.check(gvs)
+		}
+		sleep(ctx, 2*time.Second)
+	}
+}
+
+// namespaces creates a namespace with objects of version-dependent types
+// and deletes it as the namespace controller would: discovery, then a
+// deletecollection of every namespaced resource it lists. The lab runs no
+// controller-manager, so the drill plays its part.
+func (c clients) namespaces(ctx context.Context, gaps *gapCounter) {
+	for n := 0; ctx.Err() == nil; n++ {
+		dyn, err := c.dynamic()
+		if err != nil {
+			return
+		}
+		ns := fmt.Sprintf("drill-ns-%d", n)
+		nsObj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}
+		nsRes := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+		if _, err := dyn.Resource(nsRes).Create(ctx, nsObj, metav1.CreateOptions{}); err == nil {
+			_, _ = dyn.Resource(configMaps).Namespace(ns).Create(ctx, configMap("in-ns"), metav1.CreateOptions{})
+			_, _ = dyn.Resource(workloads).Namespace(ns).Create(ctx, workload("in-ns"), metav1.CreateOptions{})
+			c.deleteNamespace(ctx, dyn, ns, gaps)
+		}
+		sleep(ctx, 8*time.Second)
+	}
+}
+
+func (c clients) deleteNamespace(ctx context.Context, dyn *dynamic.DynamicClient, ns string, gaps *gapCounter) {
+	dc, err := discovery.NewDiscoveryClientForConfig(c.config())
+	if err != nil {
+		return
+	}
+	lists, _ := dc.ServerPreferredNamespacedResources()
+	gvs := map[schema.GroupVersion]bool{}
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			continue
+		}
+		gvs[gv] = true
+		for _, r := range l.APIResources {
+			if slices.Contains(r.Verbs, "deletecollection") {
+				_ = dyn.Resource(gv.WithResource(r.Name)).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+			}
+		}
+	}
+	gaps.check(gvs)
+	_ = dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Delete(ctx, ns, metav1.DeleteOptions{})
+}
+
+func configMap(name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": name}, "data": map[string]any{"k": "v"}}}
+}
+
+func workload(name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "Workload",
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"podGroupTemplates": []any{map[string]any{"name": "workers", "schedulingPolicy": map[string]any{"basic": map[string]any{}}}}}}}
+}
+
+// sleep waits d or until ctx ends, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
