@@ -19,8 +19,9 @@ import (
 // promAddr is where the drill's Prometheus listens (loopback only).
 const promAddr = "127.0.0.1:19090"
 
-// Alerts the drill provokes: node-b is held down past the alert's "for"
-// in its upgrade, and its workloads answer 503 meanwhile.
+// Alerts the drill reads back: node-b is held down past the peer-down
+// alert's "for" in its upgrade (the one it must provoke), and workloads
+// answer 503 meanwhile (which fires only when that lasts over a minute).
 var provokedAlerts = []string{"SkewgatePeerAPIServerDown", "SkewgateUnavailableAnswers"}
 
 // Monitoring is the drill's Prometheus and what it found.

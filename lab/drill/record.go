@@ -29,6 +29,7 @@ type event struct {
 	gvr     schema.GroupVersionResource
 	code    int
 	route   string // X-Skewgate-Route, "" without skewgate
+	server  string // X-Skewgate-Server
 	latency time.Duration
 	outcome string
 }
@@ -81,7 +82,7 @@ func (r *recorder) RoundTripper(next http.RoundTripper) http.RoundTripper {
 			}
 			return nil, err
 		}
-		e.code, e.route = resp.StatusCode, resp.Header.Get("X-Skewgate-Route")
+		e.code, e.route, e.server = resp.StatusCode, resp.Header.Get("X-Skewgate-Route"), resp.Header.Get("X-Skewgate-Server")
 		var body []byte
 		if resp.StatusCode == http.StatusNotFound {
 			body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Tally is what one phase (or a whole run) of one mode answered.
@@ -115,6 +117,7 @@ func WriteReport(w io.Writer, results []*Result, o Options, command string, imag
 			fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d (%s) | %d | %s | %s | %s |\n", p.Name, p.End.Sub(p.Start).Round(100*time.Millisecond),
 				t.Requests, t.False404, t.Gaps, t.Unavailable, t.UnavailableFor.Round(100*time.Millisecond), t.Errors, routes(t.Routes), ms(t.P50), ms(t.P99))
 		}
+		writeSamples(w, r)
 		if r.Monitor != nil {
 			writeMonitoring(w, r.Monitor)
 		}
@@ -193,4 +196,36 @@ func WriteAll(path string, o Options, results []*Result, command string) error {
 	defer f.Close()
 	WriteReport(f, results, o, command, images)
 	return f.Close()
+}
+
+// writeSamples lists the first false 404s of a run, so a reader can see
+// which requests got them.
+func writeSamples(w io.Writer, r *Result) {
+	n := 0
+	for _, e := range r.events {
+		if e.outcome != False404 {
+			continue
+		}
+		if n == 0 {
+			fmt.Fprintf(w, "\nThe first false 404s:\n\n| at | phase | request | resource | route |\n|---|---|---|---|---|\n")
+		}
+		route := e.route
+		if route == "" {
+			route = "-"
+		} else {
+			route += " (" + e.server + ")"
+		}
+		fmt.Fprintf(w, "| +%.1fs | %s | %s | %s | %s |\n", e.at.Sub(r.Start).Seconds(), e.phase, e.kind, gvrString(e.gvr), route)
+		if n++; n == 5 {
+			return
+		}
+	}
+}
+
+func gvrString(g schema.GroupVersionResource) string {
+	s := g.Version + "/" + g.Resource
+	if g.Group != "" {
+		s = g.Group + "/" + s
+	}
+	return s
 }

@@ -44,8 +44,13 @@ func (m *Members) publish() {
 		}
 		if d := doubts[id]; st.Departed == nil {
 			rs.Unknown = rs.Unknown || d.unconfirmed && now.Sub(d.downSince) < m.cfg.DepartGrace
-			if d.lost != nil && now.Before(d.lostUntil) {
+			switch {
+			case d.lost != nil && now.Before(d.lostUntil):
 				rs.Lost = d.lost
+			case d.unconfirmed && d.preDown != nil && now.Sub(d.downSince) < m.cfg.DepartGrace:
+				// Until the first read after its return is judged, what
+				// it served before is all routing may assume it lost.
+				rs.Lost = d.preDown
 			}
 		}
 		if st.Local {
@@ -64,6 +69,7 @@ func (m *Members) publish() {
 type doubt struct {
 	unconfirmed bool
 	downSince   time.Time
+	preDown     *discovery.Capabilities
 	lost        *discovery.Capabilities
 	lostUntil   time.Time
 }
@@ -71,5 +77,5 @@ type doubt struct {
 func (s *server) doubt() doubt {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return doubt{s.unconfirmed, s.downSince, s.lost, s.lostUntil}
+	return doubt{s.unconfirmed, s.downSince, s.preDown, s.lost, s.lostUntil}
 }
