@@ -130,4 +130,3 @@ func shortPhase(s string) string {
 	}
 	return s
 }
-

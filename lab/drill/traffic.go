@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -231,7 +232,7 @@ func (c clients) discovery(ctx context.Context, gaps *gapCounter) {
 			return
 		}
 		if groups, _, err := dc.ServerGroupsAndResources(); err == nil || groups != nil {
-			gvs := map[schema.GroupVersion]bool{}
+			gvs := failing(err)
 			for _, g := range groups {
 				for _, v := range g.Versions {
 					gvs[schema.GroupVersion{Group: g.Name, Version: v.Version}] = true
@@ -270,8 +271,8 @@ func (c clients) deleteNamespace(ctx context.Context, dyn *dynamic.DynamicClient
 	if err != nil {
 		return
 	}
-	lists, _ := dc.ServerPreferredNamespacedResources()
-	gvs := map[schema.GroupVersion]bool{}
+	lists, err := dc.ServerPreferredNamespacedResources()
+	gvs := failing(err)
 	for _, l := range lists {
 		gv, err := schema.ParseGroupVersion(l.GroupVersion)
 		if err != nil {
@@ -286,6 +287,20 @@ func (c clients) deleteNamespace(ctx context.Context, dyn *dynamic.DynamicClient
 	}
 	gaps.check(gvs)
 	_ = dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Delete(ctx, ns, metav1.DeleteOptions{})
+}
+
+// failing are the group-versions discovery reported as failing (Stale: an
+// API temporarily unavailable). A client knows those exist: the namespace
+// controller, for one, does not finish a deletion while any fails.
+func failing(err error) map[schema.GroupVersion]bool {
+	gvs := map[schema.GroupVersion]bool{}
+	var failed *discovery.ErrGroupDiscoveryFailed
+	if errors.As(err, &failed) {
+		for gv := range failed.Groups {
+			gvs[gv] = true
+		}
+	}
+	return gvs
 }
 
 func configMap(name string) *unstructured.Unstructured {

@@ -30,6 +30,42 @@ type Env struct {
 // root the package is skipped, and fails in CI. Use it as
 // os.Exit(labtest.Main(m, pkg, spec, setup)).
 func Main(m *testing.M, pkg string, spec lab.Spec, setup func(context.Context, *Env) error) int {
+	return Exclusive(m, pkg, func(dir string) int {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		defer cancel()
+		p, err := lab.Up(ctx, lab.Options{Dir: dir, CacheDir: lab.DefaultCacheDir(), Spec: spec, Progress: os.Stderr})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, pkg+": lab up:", err)
+			return 1
+		}
+		defer func() {
+			if err := lab.Down(dir); err != nil {
+				fmt.Fprintln(os.Stderr, pkg+": lab down:", err)
+				return
+			}
+			// Only the skewgate binary built for this run is left.
+			os.RemoveAll(dir)
+		}()
+		env := &Env{Plane: p}
+		if env.Skewgate, err = BuildSkewgate(ctx, dir); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", pkg, err)
+			return 1
+		}
+		if err := setup(ctx, env); err != nil {
+			fmt.Fprintln(os.Stderr, pkg+":", err)
+			return 1
+		}
+		return m.Run()
+	})
+}
+
+// Exclusive is the body of a TestMain whose tests bring labs up themselves
+// in dir: it takes the lab lock (packages that use the lab take turns),
+// makes dir, and starts a reaper that tears down whatever lab is up in dir
+// if the test binary dies (a panic, -timeout). Without root the package is
+// skipped, and fails in CI. run's result is the exit status; run removes
+// dir once its labs are down (a failed tear-down keeps the logs there).
+func Exclusive(m *testing.M, pkg string, run func(dir string) int) int {
 	lab.RunReaper()
 	if os.Geteuid() != 0 {
 		if testenv.InCI() {
@@ -58,32 +94,17 @@ func Main(m *testing.M, pkg string, spec lab.Spec, setup func(context.Context, *
 		return 1
 	}
 	defer stopReaper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	p, err := lab.Up(ctx, lab.Options{Dir: dir, CacheDir: lab.DefaultCacheDir(), Spec: spec, Progress: os.Stderr})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, pkg+": lab up:", err)
-		return 1
-	}
-	defer func() {
-		if err := lab.Down(dir); err != nil {
-			fmt.Fprintln(os.Stderr, pkg+": lab down:", err)
-			return
-		}
-		// Only the skewgate binary built for this run is left.
-		os.RemoveAll(dir)
-	}()
-	env := &Env{Plane: p, Skewgate: filepath.Join(dir, "skewgate")}
-	build := exec.CommandContext(ctx, "go", "build", "-o", env.Skewgate, "github.com/skewgate/skewgate/cmd/skewgate")
+	return run(dir)
+}
+
+// BuildSkewgate builds skewgate into dir for this run.
+func BuildSkewgate(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "skewgate")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/skewgate/skewgate/cmd/skewgate")
 	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "%s: build skewgate: %v\n%s", pkg, err, out)
-		return 1
+		return "", fmt.Errorf("build skewgate: %v\n%s", err, out)
 	}
-	if err := setup(ctx, env); err != nil {
-		fmt.Fprintln(os.Stderr, pkg+":", err)
-		return 1
-	}
-	return m.Run()
+	return bin, nil
 }
 
 // lockLab waits for the lab lock: an exclusive flock, released when the

@@ -45,3 +45,13 @@ func (d *Doc) Groups() []apidiscoveryv2.APIGroupDiscovery {
 	out = append(out, d.API.Items...)
 	return append(out, d.APIs.Items...)
 }
+
+// versionsOf returns the versions of group name, as listed.
+func (d *Doc) versionsOf(name string) []apidiscoveryv2.APIVersionDiscovery {
+	for _, g := range d.Groups() {
+		if g.Name == name {
+			return g.Versions
+		}
+	}
+	return nil
+}

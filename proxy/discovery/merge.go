@@ -49,3 +49,34 @@ func mergeGroups(ids []string, docs map[string]*Doc) []apidiscoveryv2.APIGroupDi
 	}
 	return aggregated.TestMergeResources(ids[0], docs[ids[0]].Groups(), peers)
 }
+
+// withStale adds to m, marked Stale, every group-version of the away docs
+// that m lacks; groups and versions keep the away docs' order after m's.
+func withStale(m *Merged, away []*Doc) *Merged {
+	groups := append(slices.Clone(m.API().Items), m.APIs().Items...)
+	index := map[string]int{}
+	for i, g := range groups {
+		index[g.Name] = i
+	}
+	for _, d := range away {
+		if d == nil {
+			continue
+		}
+		for _, g := range d.Groups() {
+			i, ok := index[g.Name]
+			if !ok {
+				index[g.Name] = len(groups)
+				i = len(groups)
+				g.Versions = nil
+				groups = append(groups, g)
+			}
+			for _, v := range d.versionsOf(g.Name) {
+				if !slices.ContainsFunc(groups[i].Versions, func(have apidiscoveryv2.APIVersionDiscovery) bool { return have.Version == v.Version }) {
+					v.Freshness = apidiscoveryv2.DiscoveryFreshnessStale
+					groups[i].Versions = append(slices.Clone(groups[i].Versions), v)
+				}
+			}
+		}
+	}
+	return newMerged(m.Servers(), groups)
+}

@@ -208,3 +208,46 @@ func TestLegacyGroup(t *testing.T) {
 		t.Error("an unknown group was found")
 	}
 }
+
+// A server away within the grace keeps what only it listed in the merged
+// view, marked Stale: clients see a failed group-version, not a vanished
+// type.
+func TestAwayServersStayStale(t *testing.T) {
+	s := NewStore()
+	s.Record("old", oldDoc(), nil)
+	s.Record("new", newDoc(), nil)
+	s.SetHealthy([]string{"old"})
+	s.SetAway([]*Doc{newDoc()})
+	var found bool
+	for _, g := range s.Snapshot().Merged.APIs().Items {
+		if g.Name != "scheduling.k8s.io" {
+			continue
+		}
+		seen := map[string]int{}
+		for _, v := range g.Versions {
+			seen[v.Version]++
+			switch {
+			case v.Version == "v1alpha2" && v.Freshness == apidiscoveryv2.DiscoveryFreshnessStale:
+				found = true
+			case v.Freshness == apidiscoveryv2.DiscoveryFreshnessStale:
+				t.Errorf("%s, served by a healthy server, marked Stale", v.Version)
+			}
+		}
+		for v, n := range seen {
+			if n > 1 {
+				t.Errorf("version %s listed %d times", v, n)
+			}
+		}
+	}
+	if !found {
+		t.Error("scheduling.k8s.io/v1alpha2 of the away server missing, or not Stale")
+	}
+	s.SetAway(nil)
+	for _, g := range s.Snapshot().Merged.APIs().Items {
+		for _, v := range g.Versions {
+			if g.Name == "scheduling.k8s.io" && v.Freshness == apidiscoveryv2.DiscoveryFreshnessStale {
+				t.Errorf("%s/%s still Stale once nobody is away", g.Name, v.Version)
+			}
+		}
+	}
+}

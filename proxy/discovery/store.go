@@ -32,7 +32,10 @@ type Store struct {
 	mu      sync.Mutex
 	servers map[string]ServerState
 	healthy []string
-	merged  *Merged
+	// away are docs of servers away within the grace window: their
+	// group-versions the healthy servers lack are in the view as Stale.
+	away   []*Doc
+	merged *Merged
 	snap    atomic.Pointer[Snapshot]
 	now     func() time.Time
 }
@@ -130,12 +133,32 @@ func (s *Store) SetHealthy(ids []string) {
 	s.publishLocked()
 }
 
+// SetAway sets the docs of servers that are away within the grace window
+// (down, departed, or back on a version that serves less). What only they
+// listed stays in the merged view, marked Stale, as kube-apiserver marks an
+// unavailable API: clients see a failed group-version and retry, instead of
+// a type that vanished — which garbage collection and namespace deletion
+// would act on like on a false 404.
+func (s *Store) SetAway(docs []*Doc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if slices.Equal(docs, s.away) {
+		return
+	}
+	s.away = docs
+	s.remergeLocked()
+	s.publishLocked()
+}
+
 func (s *Store) remergeLocked() {
 	docs := make(map[string]*Doc, len(s.servers))
 	for id, st := range s.servers {
 		docs[id] = st.Doc
 	}
 	s.merged = Merge(docs, s.healthy)
+	if len(s.away) > 0 {
+		s.merged = withStale(s.merged, s.away)
+	}
 }
 
 func (s *Store) publishLocked() {

@@ -186,10 +186,10 @@ func (m *Members) confirmable(id string) (uint64, *server) {
 // notePreDown keeps what a server served when it went down.
 func (m *Members) notePreDown(s *server) {
 	if st := s.status(); !st.Healthy {
-		caps := m.store.Snapshot().Capabilities(s.backend.ID)
+		ds := m.store.Snapshot().Servers[s.backend.ID]
 		s.mu.Lock()
 		if s.preDown == nil {
-			s.preDown = caps
+			s.preDown, s.preDownDoc = ds.Capabilities, ds.Doc
 		}
 		s.mu.Unlock()
 	}
@@ -200,7 +200,7 @@ func (m *Members) notePreDown(s *server) {
 // version: a rollback), what it served is remembered for the grace, so
 // those resources answer 503, not 404, as those of a departed server do.
 func (m *Members) confirmed(id string, s *server, gen uint64) {
-	pre := s.confirm(gen)
+	pre, preDoc := s.confirm(gen)
 	if pre == nil {
 		return
 	}
@@ -208,7 +208,7 @@ func (m *Members) confirmed(id string, s *server, gen uint64) {
 	_, vanished := diffGroupVersions(pre.GroupVersions(), now.GroupVersions())
 	if len(vanished) > 0 {
 		s.mu.Lock()
-		s.lost, s.lostUntil = pre, time.Now().Add(m.cfg.DepartGrace)
+		s.lost, s.lostDoc, s.lostUntil = pre, preDoc, time.Now().Add(m.cfg.DepartGrace)
 		s.mu.Unlock()
 		m.cfg.Log.Warn("apiserver came back serving less: what it no longer serves answers 503, not 404, for the grace",
 			"server", id, "vanished", vanished, "grace", m.cfg.DepartGrace)

@@ -52,9 +52,11 @@ type server struct {
 	upGen       uint64 // counts returns to health
 	// preDown is what it served when it went down; lost is that, kept
 	// until lostUntil, when it came back serving less.
-	preDown   *discovery.Capabilities
-	lost      *discovery.Capabilities
-	lostUntil time.Time
+	preDown    *discovery.Capabilities
+	preDownDoc *discovery.Doc
+	lost       *discovery.Capabilities
+	lostDoc    *discovery.Doc
+	lostUntil  time.Time
 	// stop ends its probe and refresh loops.
 	stop func()
 }
@@ -131,16 +133,16 @@ func (s *server) confirmable() uint64 {
 // confirm marks the discovery current after a read that began under gen
 // while healthy. It returns what the server served before it went down
 // when this is the first confirmation since it came back, else nil.
-func (s *server) confirm(gen uint64) *discovery.Capabilities {
+func (s *server) confirm(gen uint64) (*discovery.Capabilities, *discovery.Doc) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.unconfirmed || !s.healthy || gen != s.upGen {
-		return nil
+		return nil, nil
 	}
 	s.unconfirmed = false
-	pre := s.preDown
-	s.preDown = nil
-	return pre
+	pre, doc := s.preDown, s.preDownDoc
+	s.preDown, s.preDownDoc = nil, nil
+	return pre, doc
 }
 
 // Status is a server's state for people and metrics.

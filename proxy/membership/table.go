@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"slices"
 	"time"
 
 	"github.com/skewgate/skewgate/proxy/discovery"
@@ -30,6 +31,7 @@ func (m *Members) publish() {
 	m.mu.Unlock()
 
 	m.store.SetHealthy(healthy)
+	m.store.SetAway(awayDocs(m.store.Snapshot(), statuses, doubts, time.Now(), m.cfg.DepartGrace))
 	snap := m.store.Snapshot()
 	t := &route.Table{}
 	now := time.Now()
@@ -70,12 +72,43 @@ type doubt struct {
 	unconfirmed bool
 	downSince   time.Time
 	preDown     *discovery.Capabilities
+	preDownDoc  *discovery.Doc
 	lost        *discovery.Capabilities
+	lostDoc     *discovery.Doc
 	lostUntil   time.Time
 }
 
 func (s *server) doubt() doubt {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return doubt{s.unconfirmed, s.downSince, s.preDown, s.lost, s.lostUntil}
+	return doubt{s.unconfirmed, s.downSince, s.preDown, s.preDownDoc, s.lost, s.lostDoc, s.lostUntil}
+}
+
+// awayDocs are the docs of servers away within the grace, in ID order:
+// down or departed (their last-known doc), or back serving less (what they
+// served before).
+func awayDocs(snap *discovery.Snapshot, statuses map[string]Status, doubts map[string]doubt, now time.Time, grace time.Duration) []*discovery.Doc {
+	ids := make([]string, 0, len(statuses))
+	for id := range statuses {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var out []*discovery.Doc
+	for _, id := range ids {
+		st, d := statuses[id], doubts[id]
+		switch {
+		case st.Departed != nil && now.Sub(*st.Departed) < grace,
+			!st.Healthy && d.unconfirmed && now.Sub(d.downSince) < grace:
+			if doc := snap.Servers[id].Doc; doc != nil {
+				out = append(out, doc)
+			}
+		}
+		switch {
+		case d.lostDoc != nil && now.Before(d.lostUntil):
+			out = append(out, d.lostDoc)
+		case d.unconfirmed && d.preDownDoc != nil && now.Sub(d.downSince) < grace:
+			out = append(out, d.preDownDoc)
+		}
+	}
+	return out
 }

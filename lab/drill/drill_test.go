@@ -1,0 +1,99 @@
+package drill
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+
+	"github.com/skewgate/skewgate/deploy/monitoring/dashboard"
+	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/lab/labtest"
+	"github.com/skewgate/skewgate/lab/testenv"
+)
+
+var labDir, skewgateBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(labtest.Exclusive(m, "drill", func(dir string) int {
+		labDir = dir
+		klog.SetLogger(logr.Discard()) // informers log every failed list; the drill counts them
+		var err error
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		if skewgateBin, err = labtest.BuildSkewgate(ctx, dir); err != nil {
+			os.Stderr.WriteString("drill: " + err.Error() + "\n")
+			return 1
+		}
+		code := m.Run()
+		if code == 0 {
+			os.RemoveAll(dir)
+		}
+		return code
+	}))
+}
+
+// The short drill of CI: node-a upgraded and rolled back under the
+// workload, without skewgate (false 404s expected: the drill can see them)
+// and with skewgate (none), Prometheus checking every dashboard query.
+func TestShortDrill(t *testing.T) {
+	prom, err := exec.LookPath("prometheus")
+	if err != nil {
+		if testenv.InCI() {
+			t.Fatal("prometheus (Debian package) missing, and CI=true forbids skipping")
+		}
+		t.Skip("needs prometheus (Debian package)")
+	}
+	queries, err := dashboard.Queries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pq []PanelQuery
+	r := strings.NewReplacer("$node", ".*", "$server", ".*", "$__rate_interval", "30s")
+	for _, q := range queries {
+		pq = append(pq, PanelQuery{Panel: q.Panel + " " + q.RefID, Expr: r.Replace(q.Expr)})
+	}
+	root, _ := filepath.Abs(filepath.Join("..", ".."))
+	o := Options{Dir: filepath.Join(labDir, "plane"), CacheDir: lab.DefaultCacheDir(), Skewgate: skewgateBin, Short: true,
+		Modes: []string{ModeNone, ModeSkewgate}, Prometheus: prom, MonitoringDir: filepath.Join(root, "deploy", "monitoring"),
+		Queries: pq, OutDir: t.TempDir(), Progress: testWriter{t}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	results, err := Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, sg := results[0].Total(), results[1].Total()
+	t.Logf("no skewgate: %d requests, %d false 404s, %d gaps; skewgate: %d requests, %d false 404s, %d gaps, %d 503s",
+		none.Requests, none.False404, none.Gaps, sg.Requests, sg.False404, sg.Gaps, sg.Unavailable)
+	if none.False404 == 0 {
+		t.Error("without skewgate the drill saw no false 404: it cannot tell")
+	}
+	if sg.False404 != 0 {
+		t.Errorf("with skewgate: %d false 404s", sg.False404)
+	}
+	if sg.Requests < 500 || sg.Errors > 0 {
+		t.Errorf("with skewgate: %d requests, %d other errors", sg.Requests, sg.Errors)
+	}
+	for _, p := range results[1].Monitor.Panels {
+		if p.Series == 0 {
+			t.Errorf("dashboard query %q returned no series over the drill (%s)", p.Expr, p.Err)
+		}
+	}
+	if err := WriteAll(filepath.Join(o.OutDir, "report.md"), o, results, "go test ./lab/drill"); err != nil {
+		t.Errorf("report: %v", err)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
