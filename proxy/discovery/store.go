@@ -36,8 +36,8 @@ type Store struct {
 	// group-versions the healthy servers lack are in the view as Stale.
 	away   []*Doc
 	merged *Merged
-	snap    atomic.Pointer[Snapshot]
-	now     func() time.Time
+	snap   atomic.Pointer[Snapshot]
+	now    func() time.Time
 }
 
 // NewStore returns an empty store: no servers, no healthy set, empty view.
