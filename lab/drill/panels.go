@@ -55,10 +55,10 @@ func WritePanels(path string, r *Result) error {
 
 // keyPanels prefers the panels an operator reads first during the window.
 func keyPanels(names []string, n int) []string {
-	prefer := []string{"route", "503", "health", "peer", "latency", "steering", "lease", "version"}
+	prefer := []string{"Route mix", "Requests routed to peers", "503 answers", "Server health", "Request latency by server A", "Steering state"}
 	rank := func(s string) int {
 		for i, p := range prefer {
-			if strings.Contains(strings.ToLower(s), p) {
+			if strings.HasPrefix(s, p) {
 				return i
 			}
 		}
