@@ -19,6 +19,8 @@ var (
 		"TCP handshake time: connect (SYN sent, or SYN steered) until established, per hop and server.", hopLabels, nil)
 	descTCPMinRTT = prometheus.NewDesc("skewgate_tcp_min_rtt_seconds",
 		"Minimum RTT the kernel measured over a connection's life, observed at close, per hop and server.", hopLabels, nil)
+	descTCPSRTT = prometheus.NewDesc("skewgate_tcp_srtt_seconds",
+		"Smoothed RTT of open connections, sampled at most once a second per connection, per hop and server: what long-lived HTTP/2 connections cost while open (inflated by delayed ACKs; the sum is estimated from the log2 buckets).", hopLabels, nil)
 	connstatRunSeconds = descProgRunSeconds("connstat")
 	connstatRuns       = descProgRuns("connstat")
 	connstatErrors     = descCollectionErrors("connstat")
@@ -27,7 +29,7 @@ var (
 // Describe implements prometheus.Collector.
 func (c *ConnStat) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTCPOpened, descTCPClosed, descTCPFailed, descTCPRetrans,
-		descTCPHandshake, descTCPMinRTT, connstatRunSeconds, connstatRuns, connstatErrors, descMapEntries, descMapMaxEntries} {
+		descTCPHandshake, descTCPMinRTT, descTCPSRTT, connstatRunSeconds, connstatRuns, connstatErrors, descMapEntries, descMapMaxEntries} {
 		ch <- d
 	}
 }
@@ -59,6 +61,7 @@ func (c *ConnStat) collectKernel(ch chan<- prometheus.Metric) {
 		}
 		hist(descTCPHandshake, h.Handshake)
 		hist(descTCPMinRTT, h.MinRTT)
+		hist(descTCPSRTT, h.SRTT)
 	}
 	if err := progStats(ch, c.objs.Connstat, connstatRunSeconds, connstatRuns); err != nil {
 		c.errs.inc()

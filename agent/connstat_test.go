@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"io"
 	"math"
 	"net/netip"
 	"strings"
@@ -184,10 +185,48 @@ func checkExposition(t *testing.T, c *ConnStat) {
 		}
 	}
 	for _, name := range []string{"skewgate_tcp_connections_opened_total", "skewgate_tcp_handshake_seconds",
-		"skewgate_tcp_min_rtt_seconds", "skewgate_bpf_program_run_seconds_total", "skewgate_bpf_collection_errors_total",
+		"skewgate_tcp_min_rtt_seconds", "skewgate_tcp_srtt_seconds", "skewgate_bpf_program_run_seconds_total", "skewgate_bpf_collection_errors_total",
 		"skewgate_bpf_map_entries", "skewgate_bpf_map_max_entries"} {
 		if !seen[name] {
 			t.Errorf("metric %s missing", name)
 		}
+	}
+}
+
+// A long-lived connection (an HTTP/2 connection to a peer, say) shows its
+// RTT while open, at most once a second, not only at close.
+func TestConnStatSamplesOpenConnections(t *testing.T) {
+	peer := netip.MustParseAddr("198.18.1.2")
+	n := newNode(t)
+	n.ns.do(t, func() error { return setupLo([]netip.Prefix{netip.PrefixFrom(peer, 32)}) })
+	c := n.steeredProxyWithConnStat(t)
+	r := n.dial.dial("198.18.1.2:6443")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.conn.Close()
+	buf := make([]byte, 4)
+	start := time.Now()
+	for time.Since(start) < 2500*time.Millisecond {
+		if _, err := r.conn.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(r.conn, buf); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	h := hopsByKey(t, c)[HopProxyPeer+" 198.18.1.2:6443"]
+	if h.Closes != 0 || h.Opens != 1 {
+		t.Fatalf("opens %d closes %d, want the one connection open", h.Opens, h.Closes)
+	}
+	if n := h.SRTT.Count(); n < 2 || n > 4 {
+		t.Errorf("%d srtt samples over 2.5 s of traffic, want one a second (2-4)", n)
+	}
+	if q := h.SRTT.Quantile(1); q > 1024 {
+		t.Errorf("loopback srtt up to %.0fµs", q)
+	}
+	if h.MinRTT.Count() != 0 {
+		t.Errorf("%d min RTTs before the close", h.MinRTT.Count())
 	}
 }

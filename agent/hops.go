@@ -93,6 +93,20 @@ type HopStats struct {
 	Retransmits uint64
 	Handshake   Log2Histogram
 	MinRTT      Log2Histogram
+	// SRTT samples open connections' smoothed RTT at most once a second
+	// each. The kernel keeps no sum for it: SumMicros is estimated from
+	// the buckets (each value at its bucket's geometric middle).
+	SRTT Log2Histogram
+}
+
+// estimateSum fills SumMicros from the buckets: a value in [2^b, 2^(b+1))
+// µs counts as 2^b·√2.
+func (h *Log2Histogram) estimateSum() {
+	var sum float64
+	for b, n := range h.Buckets {
+		sum += float64(n) * math.Ldexp(math.Sqrt2, b)
+	}
+	h.SumMicros = uint64(sum)
 }
 
 type hopID struct {
@@ -128,6 +142,7 @@ func (c *ConnStat) Snapshot() ([]HopStats, error) {
 	}
 	out := make([]HopStats, 0, len(hops))
 	for _, h := range hops {
+		h.SRTT.estimateSum()
 		out = append(out, *h)
 	}
 	return out, nil
@@ -164,8 +179,11 @@ func (c *ConnStat) readHist(get func(hopID) *HopStats) error {
 		}
 		h := get(hopIDFrom(k.Hop))
 		hist := &h.Handshake
-		if k.Metric == connstat.ConnstatMetricMETRIC_MIN_RTT {
+		switch k.Metric {
+		case connstat.ConnstatMetricMETRIC_MIN_RTT:
 			hist = &h.MinRTT
+		case connstat.ConnstatMetricMETRIC_SRTT:
+			hist = &h.SRTT
 		}
 		for _, n := range perCPU {
 			hist.Buckets[k.Bucket] += n

@@ -92,6 +92,7 @@ struct {
 enum metric {
 	METRIC_HANDSHAKE = 0, /* connect (SYN) → established */
 	METRIC_MIN_RTT = 1,   /* tcp_sock.rtt_min at close */
+	METRIC_SRTT = 2,      /* tcp_sock.srtt while open, at most once a second per socket */
 };
 
 /*
@@ -120,7 +121,7 @@ struct sock_state {
 	struct hop_key key;
 	__u64 start_ns;
 	__u32 established;
-	__u32 _pad0;
+	__u32 rtt_sampled_s; /* bpf_ktime_get_ns() / 1e9 of the last srtt sample */
 };
 
 struct {
@@ -226,8 +227,13 @@ static __always_inline struct sock_state *track(struct bpf_sock_ops *skops, stru
 	st->key = *key;
 	st->start_ns = start_ns;
 	st->established = 0;
-	/* The state callback reports the close, and a connect that fails. */
-	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
+	st->rtt_sampled_s = 0;
+	/*
+	 * The state callback reports the close, and a connect that fails; the
+	 * RTT callback samples long-lived connections (HTTP/2 to peers) while
+	 * they are open, which rtt_min at close never shows.
+	 */
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG | BPF_SOCK_OPS_RTT_CB_FLAG);
 	return st;
 }
 
@@ -345,6 +351,31 @@ static __always_inline void on_close(struct bpf_sock_ops *skops)
 	bpf_sk_storage_delete(&connstat_socks, sk);
 }
 
+/*
+ * on_rtt samples the smoothed RTT of an open, tracked connection, at most
+ * once a second: the RTT callback runs for every ACK that carries an RTT
+ * sample, far too often to count each. srtt is inflated by delayed ACKs on
+ * request/response traffic; it is what the hop costs a request, not the
+ * path's floor (rtt_min at close is that).
+ */
+static __always_inline void on_rtt(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	struct sock_state *st;
+	__u32 now_s;
+
+	if (!sk)
+		return;
+	st = bpf_sk_storage_get(&connstat_socks, sk, 0, 0);
+	if (!st || !st->established)
+		return;
+	now_s = bpf_ktime_get_ns() / 1000000000;
+	if (st->rtt_sampled_s == now_s)
+		return;
+	st->rtt_sampled_s = now_s;
+	observe(&st->key, METRIC_SRTT, skops->srtt_us >> 3);
+}
+
 SEC("sockops")
 int connstat(struct bpf_sock_ops *skops)
 {
@@ -361,6 +392,9 @@ int connstat(struct bpf_sock_ops *skops)
 	case BPF_SOCK_OPS_STATE_CB:
 		if (skops->args[1] == BPF_TCP_CLOSE)
 			on_close(skops);
+		break;
+	case BPF_SOCK_OPS_RTT_CB:
+		on_rtt(skops);
 		break;
 	}
 	/* sock_ops return values only matter for a few ops, none of these. */

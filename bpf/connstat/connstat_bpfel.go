@@ -75,6 +75,7 @@ type ConnstatMetric uint32
 const (
 	ConnstatMetricMETRIC_HANDSHAKE ConnstatMetric = 0
 	ConnstatMetricMETRIC_MIN_RTT   ConnstatMetric = 1
+	ConnstatMetricMETRIC_SRTT      ConnstatMetric = 2
 )
 
 type ConnstatPrefixKey struct {
@@ -88,7 +89,7 @@ type ConnstatSockState struct {
 	Key         ConnstatHopKey
 	StartNs     uint64
 	Established uint32
-	Pad0        uint32
+	RttSampledS uint32
 }
 
 type ConnstatUpstream struct {

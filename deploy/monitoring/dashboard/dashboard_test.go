@@ -37,6 +37,7 @@ func TestUpgradeWindowPanels(t *testing.T) {
 		"Request latency by server": {
 			`histogram_quantile(0.99, sum by (le, server) (rate(skewgate_request_duration_seconds_bucket{instance=~"$node"}[$__rate_interval])))`,
 		},
+		"Peer RTT by server":       {`histogram_quantile(0.5, sum by (le, server) (rate(skewgate_tcp_srtt_seconds_bucket{instance=~"$node", hop="proxy_to_peer"}[$__rate_interval])))`},
 		"Steering state":           {`skewgate_steering_state{`},
 		"Steering lease remaining": {`skewgate_steering_lease_remaining_seconds{`},
 		"Forward errors by kind":   {`sum by (instance, server, kind) (rate(skewgate_forward_errors_total{`},
@@ -45,6 +46,7 @@ func TestUpgradeWindowPanels(t *testing.T) {
 	for _, hop := range []string{"client_to_proxy", "proxy_to_local", "proxy_to_peer"} {
 		want["TCP handshake: "+hop] = []string{`sum by (le) (rate(skewgate_tcp_handshake_seconds_bucket{instance=~"$node", hop="` + hop + `"}[$__rate_interval]))`}
 		want["TCP min RTT: "+hop] = []string{`sum by (le) (rate(skewgate_tcp_min_rtt_seconds_bucket{instance=~"$node", hop="` + hop + `"}[$__rate_interval]))`}
+		want["TCP smoothed RTT (open): "+hop] = []string{`sum by (le) (rate(skewgate_tcp_srtt_seconds_bucket{instance=~"$node", hop="` + hop + `"}[$__rate_interval]))`}
 	}
 	byPanel := map[string][]string{}
 	for _, q := range queries(t) {

@@ -20,7 +20,7 @@ type row struct {
 // an upgrade (are clients served?) comes first.
 func rows() []row {
 	return []row{
-		{"Routing", []cog.Builder[sdk.Panel]{routeMix(), routedToPeers(), unavailableAnswers(), latencyByServer()}},
+		{"Routing", []cog.Builder[sdk.Panel]{routeMix(), routedToPeers(), unavailableAnswers(), latencyByServer(), peerRTT()}},
 		{"Servers", []cog.Builder[sdk.Panel]{serverHealth(), probeLatency(), discoveryAge(), serverVersions(), unevenGroupVersions()}},
 		{"Steering and forwarding", []cog.Builder[sdk.Panel]{steeringState(), steeringLease(), forwardErrors()}},
 		{"TCP per hop", tcpHeatmaps()},
@@ -50,6 +50,11 @@ func latencyByServer() cog.Builder[sdk.Panel] {
 	return timeSeries("Request latency by server", "99th and 50th percentile time to answer, by the server that answered (skewgate: answered by skewgate itself). Watches and upgrades are not counted.", "s").
 		WithTarget(rangeQuery(`histogram_quantile(0.99, sum by (le, server) (rate(skewgate_request_duration_seconds_bucket{`+onNode+`}[$__rate_interval])))`, "p99 {{server}}")).
 		WithTarget(rangeQuery(`histogram_quantile(0.5, sum by (le, server) (rate(skewgate_request_duration_seconds_bucket{`+onNode+`}[$__rate_interval])))`, "p50 {{server}}"))
+}
+
+func peerRTT() cog.Builder[sdk.Panel] {
+	return timeSeries("Peer RTT by server", "Median smoothed TCP round trip to each peer apiserver over open connections, from the kernel: the slow peer stands out.", "s").
+		WithTarget(rangeQuery(`histogram_quantile(0.5, sum by (le, server) (rate(skewgate_tcp_srtt_seconds_bucket{`+onNode+`, hop="proxy_to_peer"}[$__rate_interval])))`, "{{server}}"))
 }
 
 func serverHealth() cog.Builder[sdk.Panel] {
@@ -119,7 +124,8 @@ func tcpHeatmaps() []cog.Builder[sdk.Panel] {
 	var panels []cog.Builder[sdk.Panel]
 	for _, m := range []struct{ metric, title, what string }{
 		{"skewgate_tcp_handshake_seconds", "TCP handshake", "Time from SYN to established"},
-		{"skewgate_tcp_min_rtt_seconds", "TCP min RTT", "Lowest round trip the kernel measured per connection"},
+		{"skewgate_tcp_min_rtt_seconds", "TCP min RTT", "Lowest round trip the kernel measured per connection, at its close"},
+		{"skewgate_tcp_srtt_seconds", "TCP smoothed RTT (open)", "Smoothed round trip of open connections, sampled once a second each (long-lived HTTP/2 connections to peers show here while open; delayed ACKs inflate it)"},
 	} {
 		for _, hop := range hops {
 			panels = append(panels, heatmap.NewPanelBuilder().
