@@ -40,6 +40,11 @@ type ConnStatConfig struct {
 	// Local lists the addresses of the local apiserver; 127.0.0.0/8 and ::1
 	// if empty. Every other address at UpstreamPort is a peer.
 	Local []netip.Prefix
+	// ProxyTGID is the process whose outgoing connections are proxy hops
+	// (others that dial UpstreamPort — a kubelet, a controller-manager —
+	// are not), as the initial PID namespace numbers it; zero counts every
+	// process. OwnTGID gives the caller's, when it can.
+	ProxyTGID uint32
 	// Clients lists addresses whose outgoing connections are not a hop:
 	// the steered targets, which the proxy's own probe or a node-local
 	// client dials and which connstat counts on the accepting side.
@@ -133,7 +138,7 @@ func (c *ConnStat) writeConfig() error {
 	if err != nil {
 		return classify(err)
 	}
-	cfg := connstat.ConnstatConfig{NetnsCookie: cookie, UpstreamPort: c.cfg.UpstreamPort, ProxyPort: c.cfg.ProxyPort}
+	cfg := connstat.ConnstatConfig{NetnsCookie: cookie, UpstreamPort: c.cfg.UpstreamPort, ProxyPort: c.cfg.ProxyPort, ProxyTgid: c.cfg.ProxyTGID}
 	if err := c.objs.ConnstatConfig.Put(uint32(0), cfg); err != nil {
 		return fmt.Errorf("write connstat_config: %w", err)
 	}
@@ -233,4 +238,20 @@ func (c *ConnStat) release() error {
 	}
 	errs = append(errs, c.objs.Close())
 	return errors.Join(errs...)
+}
+
+// initialPIDNamespace is /proc/self/ns/pid's inode in the initial PID
+// namespace (PROC_PID_INIT_INO): bpf_get_current_pid_tgid numbers
+// processes as that namespace does.
+const initialPIDNamespace = 0xEFFFFFFC
+
+// OwnTGID is this process's ID as BPF programs see it, or 0 when this
+// process runs in another PID namespace (a pod without hostPID), whose IDs
+// BPF does not see: connstat then counts every process's connections.
+func OwnTGID() uint32 {
+	ino, err := netnsInode("/proc/self/ns/pid")
+	if err != nil || ino != initialPIDNamespace {
+		return 0
+	}
+	return uint32(os.Getpid())
 }

@@ -4,6 +4,7 @@ import (
 	"io"
 	"math"
 	"net/netip"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ func (n *node) steeredProxyWithConnStat(t *testing.T) *ConnStat {
 		PinPath:   n.pins,
 		NetNSPath: n.ns.path,
 		ProxyPort: 16443,
+		ProxyTGID: OwnTGID(), // this test process plays the proxy
 		Clients:   []netip.Prefix{netip.PrefixFrom(nodeAddr, 32)},
 	})
 }
@@ -228,5 +230,33 @@ func TestConnStatSamplesOpenConnections(t *testing.T) {
 	}
 	if h.MinRTT.Count() != 0 {
 		t.Errorf("%d min RTTs before the close", h.MinRTT.Count())
+	}
+}
+
+// Only the proxy's own connects are proxy hops: another process of the
+// node dialling the apiserver port (a kubelet, a controller-manager) is not.
+func TestConnStatCountsOnlyTheProxysConnections(t *testing.T) {
+	if OwnTGID() == 0 {
+		t.Fatal("the tests run in the initial PID namespace, where OwnTGID knows this process")
+	}
+	n := newNode(t)
+	c := n.steeredProxyWithConnStat(t)
+	for range 3 {
+		cmd := exec.Command("nsenter", "--net="+n.ns.path, "bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/6443 && head -1 <&3")
+		if out, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "origin" {
+			t.Fatalf("another process dialling 127.0.0.1:6443: %v %q", err, out)
+		}
+	}
+	if got := n.dial.who(t, "127.0.0.1:6443"); got != "origin" {
+		t.Fatalf("127.0.0.1:6443 answered %s", got)
+	}
+	var h HopStats
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if h = hopsByKey(t, c)[HopProxyLocal+" 127.0.0.1:6443"]; h.Closes >= 1 {
+			break
+		}
+	}
+	if h.Opens != 1 || h.Closes != 1 {
+		t.Errorf("proxy_to_local opens %d closes %d, want the proxy's one connection, not the other process's three", h.Opens, h.Closes)
 	}
 }

@@ -115,7 +115,7 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 		SetIdentity: h.identity(x.caller, x.marked || d.Route == route.Peer),
 		ShowErrors:  x.caller.User != nil,
 		LongRunning: x.req.Watch(),
-		Served:      d.Rule >= 2 && d.Rule <= 4 && x.req.Kind == route.Resource,
+		Served:      (d.Rule == 3 || d.Rule == 4) && x.req.Kind == route.Resource,
 		Stale:       h.members.Recheck,
 	})
 }

@@ -11,7 +11,8 @@
  *   proxy→peer    dialled to an upstream_port address classified peer
  *
  * The cgroup root sees every network namespace on the host, so sockets are
- * filtered by the configured netns cookie first.
+ * filtered by the configured netns cookie first, and outgoing ones by the
+ * dialling process (proxy_tgid).
  *
  * Requires Linux 5.15 (bpf_get_netns_cookie in sock_ops; bpf_sock_ops.sk
  * with socket storage is 5.10).
@@ -27,7 +28,7 @@ struct config {
 	__u64 netns_cookie;   /* only sockets of this netns; 0 disables the program */
 	__u16 upstream_port;  /* remote port of proxy→apiserver connections (6443) */
 	__u16 proxy_port;     /* local port of the proxy's listener */
-	__u32 _pad0;
+	__u32 proxy_tgid;     /* only this process's connects are proxy hops; 0: any */
 	__u64 _reserved[2];
 };
 
@@ -246,6 +247,13 @@ static __always_inline void on_connect(struct bpf_sock_ops *skops)
 	struct upstream *up;
 
 	if (!cfg || bpf_ntohl(skops->remote_port) != cfg->upstream_port)
+		return;
+	/*
+	 * connect() runs in the dialling process: on kubeadm, the kubelet,
+	 * controller-manager and scheduler of the node dial :6443 too, and are
+	 * no hop of the proxy's.
+	 */
+	if (cfg->proxy_tgid && (bpf_get_current_pid_tgid() >> 32) != cfg->proxy_tgid)
 		return;
 	sock_addrs(skops, local, remote.addr);
 	up = bpf_map_lookup_elem(&connstat_upstreams, &remote);

@@ -18,7 +18,7 @@ type ConnstatConfig struct {
 	NetnsCookie  uint64
 	UpstreamPort uint16
 	ProxyPort    uint16
-	Pad0         uint32
+	ProxyTgid    uint32
 	Reserved     [2]uint64
 }
 
