@@ -2,6 +2,7 @@ package drill
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -81,7 +82,10 @@ func panelPlot(name string, series []promSeries, r *Result) (*plot.Plot, error) 
 	for i, s := range series {
 		pts := make(plotter.XYs, 0, len(s.points))
 		for _, pt := range s.points {
-			pts = append(pts, plotter.XY{X: pt.at.Sub(r.Start).Seconds(), Y: pt.v})
+			// histogram_quantile over no observations is NaN: a gap.
+			if !math.IsNaN(pt.v) && !math.IsInf(pt.v, 0) {
+				pts = append(pts, plotter.XY{X: pt.at.Sub(r.Start).Seconds(), Y: pt.v})
+			}
 		}
 		if len(pts) == 0 {
 			continue
