@@ -164,6 +164,9 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if err == nil {
 			resp.Header.Set(HeaderServer, b.ID)
+			if f.req.LongRunning {
+				resp.Body = cleanEnd{resp.Body}
+			}
 			return resp, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", b.ID, err))
@@ -216,4 +219,19 @@ func (rs responder) Error(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	Unavailable(w, r, err.Error())
+}
+
+// cleanEnd ends a watch whose server went away (skewgate closed the
+// connection as the server left routing, or it broke) as the apiserver
+// ends one that times out: the stream just ends, and the client watches
+// again from its last resource version — elsewhere. Passed on as an error,
+// the reverse proxy would reset the client's HTTP/2 stream (INTERNAL_ERROR).
+type cleanEnd struct{ io.ReadCloser }
+
+func (c cleanEnd) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = io.EOF
+	}
+	return n, err
 }

@@ -133,3 +133,38 @@ func TestCloseAllEndsStreams(t *testing.T) {
 	b.CloseAll()
 	ended(t, body, 5*time.Second)
 }
+
+// A watch through a server that leaves routing ends as a timed-out watch
+// does: the stream ends, no error, and the client watches again elsewhere.
+func TestWatchEndsCleanlyWhenItsServerLeaves(t *testing.T) {
+	up := streamingUpstream(t)
+	b := NewBackend("b", &url.URL{Scheme: "https", Host: up.Listener.Addr().String()}, trustFor(t, up))
+	front := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		Forward(w, r, Request{Candidates: []*Backend{b}, LongRunning: true})
+	}))
+	front.EnableHTTP2 = true
+	front.StartTLS()
+	defer front.Close()
+	resp, err := front.Client().Get(front.URL + "/api/v1/pods?watch=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.ProtoMajor != 2 {
+		t.Fatalf("watch over %s, want HTTP/2", resp.Proto)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	b.CloseAll() // the server leaves routing
+	done := make(chan error, 1)
+	go func() { _, err := io.ReadAll(resp.Body); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("the watch ended with %v, want a clean end of stream", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch did not end")
+	}
+}
