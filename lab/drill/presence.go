@@ -117,11 +117,23 @@ func (p *presence) onlyIn(a, b string) []string {
 }
 
 func aggregated(ctx context.Context, c *http.Client, url string) (*apidiscoveryv2.APIGroupDiscoveryList, error) {
+	body, err := get(ctx, c, url, "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer")
+	if err != nil {
+		return nil, err
+	}
+	var list apidiscoveryv2.APIGroupDiscoveryList
+	return &list, json.Unmarshal(body, &list)
+}
+
+// get reads url's body; any answer but 200 is an error with the body.
+func get(ctx context.Context, c *http.Client, url, accept string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer")
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return nil, err
@@ -132,8 +144,7 @@ func aggregated(ctx context.Context, c *http.Client, url string) (*apidiscoveryv
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+		return nil, fmt.Errorf("%s: %s: %s", url, resp.Status, body)
 	}
-	var list apidiscoveryv2.APIGroupDiscoveryList
-	return &list, json.Unmarshal(body, &list)
+	return body, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -175,21 +174,5 @@ func (m *Monitoring) queryRange(ctx context.Context, expr string, start, end tim
 }
 
 func promQuery(ctx context.Context, path string, q url.Values) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+promAddr+path+"?"+q.Encode(), nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("prometheus %s: %s: %s", path, resp.Status, body)
-	}
-	return body, nil
+	return get(ctx, http.DefaultClient, "http://"+promAddr+path+"?"+q.Encode(), "")
 }
