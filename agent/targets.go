@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
 // Targets resolves the steered address and the static exempt sources.
@@ -83,24 +85,21 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 
 // ChooseNodeIP is the address to steer by default: the local apiserver's
 // host, when it is an address other than loopback (then on another port
-// than 6443, or Targets refuses it), or else the one global unicast address
-// of this network namespace.
+// than 6443, or Targets refuses it), or else the address kube-apiserver
+// would advertise: apimachinery's ChooseHostInterface, the global address
+// of the default route's interface. Other interfaces a node has (cni0,
+// docker0, kube-ipvs0, cilium_host) do not confuse it.
 func ChooseNodeIP(local string) (netip.Addr, error) {
 	if ip, err := netip.ParseAddr(local); err == nil && !ip.IsLoopback() {
 		return ip, nil
 	}
-	addrs, err := net.InterfaceAddrs()
+	ip, err := utilnet.ChooseHostInterface()
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("the node IP cannot be found: %w", err)
+		return netip.Addr{}, fmt.Errorf("the node IP cannot be found (%w): name the address to steer", err)
 	}
-	var found []netip.Addr
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().IsGlobalUnicast() {
-			found = append(found, p.Addr())
-		}
+	a, ok := netip.AddrFromSlice(ip)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("the node IP %v is no address: name the address to steer", ip)
 	}
-	if len(found) != 1 {
-		return netip.Addr{}, fmt.Errorf("the node has %d global addresses %v: name the one to steer", len(found), found)
-	}
-	return found[0], nil
+	return a.Unmap(), nil
 }

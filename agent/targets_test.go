@@ -1,9 +1,14 @@
 package agent
 
 import (
+	"net"
 	"net/netip"
 	"slices"
 	"testing"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/skewgate/skewgate/lab/testenv"
 )
 
 func TestExemptFor(t *testing.T) {
@@ -75,5 +80,49 @@ func TestTargetsExempt(t *testing.T) {
 		if tc.ok && !slices.Equal(strs, tc.want) {
 			t.Errorf("exempt %v: %v, want %v", tc.exempt, strs, tc.want)
 		}
+	}
+}
+
+// A node has more global addresses than its node IP (cni0, docker0, …):
+// the default steered address is the default route's, as kube-apiserver
+// chooses its advertise address, whatever order the interfaces come in.
+func TestChooseNodeIPOnANodeWithMoreInterfaces(t *testing.T) {
+	testenv.RequireRoot(t)
+	ns := newTestNetNS(t)
+	var got netip.Addr
+	ns.do(t, func() error {
+		// cni0 (a bridge, as on a node) first, so a first-interface
+		// guess would be wrong; eth0 a veth (no dummy driver here).
+		for _, l := range []struct {
+			name, addr string
+			link       netlink.Link
+		}{
+			{"cni0", "10.244.3.1/24", &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "cni0"}}},
+			{"eth0", "198.18.7.3/24", &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0-peer"}},
+		} {
+			link := l.link
+			if err := netlink.LinkAdd(link); err != nil {
+				return err
+			}
+			a, _ := netlink.ParseAddr(l.addr)
+			if err := netlink.AddrAdd(link, a); err != nil {
+				return err
+			}
+			if err := netlink.LinkSetUp(link); err != nil {
+				return err
+			}
+		}
+		eth0, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: net.ParseIP("198.18.7.254")}); err != nil {
+			return err
+		}
+		got, err = ChooseNodeIP("127.0.0.1")
+		return err
+	})
+	if want := netip.MustParseAddr("198.18.7.3"); got != want {
+		t.Errorf("ChooseNodeIP = %s, want %s (the default route's)", got, want)
 	}
 }

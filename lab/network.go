@@ -115,7 +115,32 @@ func configureInside(ns netns.NsHandle, n Node) error {
 			return fmt.Errorf("up %s in %s: %w", name, n.Name, err)
 		}
 	}
-	return nil
+	return addNodeExtras(h, n)
+}
+
+// addNodeExtras makes a node namespace look like a real node's: a default
+// route over its node address, and a second interface with a global
+// address of its own, as cni0 or docker0 have on a node. Nothing is sent
+// to either; skewgate must pick the node address anyway.
+func addNodeExtras(h *netlink.Handle, n Node) error {
+	eth0, err := h.LinkByName("eth0")
+	if err != nil {
+		return err
+	}
+	gw := net.IP(BridgeAddr.AsSlice())
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: gw}); err != nil {
+		return fmt.Errorf("default route in %s: %w", n.Name, err)
+	}
+	cni := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "cni0"}}
+	if err := h.LinkAdd(cni); err != nil {
+		return fmt.Errorf("cni0 in %s: %w", n.Name, err)
+	}
+	last := n.IP.As4()[3]
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 244, last, 1), Mask: net.CIDRMask(24, 32)}}
+	if err := h.AddrAdd(cni, addr); err != nil {
+		return fmt.Errorf("address cni0 in %s: %w", n.Name, err)
+	}
+	return h.LinkSetUp(cni)
 }
 
 // deleteNodeNetwork removes node name's namespace (its veth goes with it)

@@ -29,12 +29,20 @@ const (
 	UserCN             = "lab-user"
 )
 
-// apiserverDNSNames are the SANs kube-apiserver's in-tree peer proxy dials by
-// (kubernetes.default.svc) and clients inside a cluster use.
+// apiserverDNSNames are the DNS SANs kubeadm gives apiserver.crt besides
+// the node name: what clients inside a cluster use, and what
+// kube-apiserver's in-tree peer proxy dials by (kubernetes.default.svc).
+// kubeadm adds no localhost and no 127.0.0.1, and neither does the lab:
+// skewgate must reach its local apiserver on loopback as on a stock
+// kubeadm node (--local-apiserver-server-name).
 var apiserverDNSNames = []string{
-	"localhost", "kubernetes", "kubernetes.default",
+	"kubernetes", "kubernetes.default",
 	"kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
 }
+
+// serviceIP is the first address of the lab's --service-cluster-ip-range,
+// which kubeadm puts in apiserver.crt.
+var serviceIP = net.IPv4(10, 96, 0, 1)
 
 // CA is a certificate authority that can sign leaf certificates.
 type CA struct {

@@ -39,9 +39,15 @@ func TestGeneratePKIChains(t *testing.T) {
 	}
 	for _, n := range spec.Nodes {
 		serving := leaf(t, p.Serving[n.Name])
-		for _, host := range []string{n.IP.String(), "127.0.0.1", "localhost", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"} {
+		// kubeadm's apiserver.crt SANs, and nothing it does not add.
+		for _, host := range []string{n.IP.String(), n.Name, "10.96.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"} {
 			if _, err := serving.Verify(x509.VerifyOptions{Roots: ca, DNSName: host}); err != nil {
 				t.Errorf("%s serving cert not valid for %s: %v", n.Name, host, err)
+			}
+		}
+		for _, host := range []string{"127.0.0.1", "localhost"} {
+			if _, err := serving.Verify(x509.VerifyOptions{Roots: ca, DNSName: host}); err == nil {
+				t.Errorf("%s serving cert valid for %s, which kubeadm's is not", n.Name, host)
 			}
 		}
 		if slices.ContainsFunc(serving.IPAddresses, func(ip net.IP) bool { return ip.Equal(net.IPv4(198, 18, 0, 99)) }) {

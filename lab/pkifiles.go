@@ -89,9 +89,11 @@ func GeneratePKI(dir string, nodes []Node) (*PKI, error) {
 }
 
 func servingLeaf(n Node) Leaf {
+	// kubeadm's apiserver.crt: CN kube-apiserver; the node name, the
+	// kubernetes* names, the service IP and the advertise address.
 	return Leaf{
-		CN:     "kube-apiserver-" + n.Name,
-		IPs:    []net.IP{net.IP(n.IP.AsSlice()), net.IPv4(127, 0, 0, 1)},
+		CN:     "kube-apiserver",
+		IPs:    []net.IP{serviceIP, net.IP(n.IP.AsSlice())},
 		DNS:    append([]string{n.Name}, apiserverDNSNames...),
 		Server: true,
 	}

@@ -27,8 +27,13 @@ type Config struct {
 	// identity headers skewgate sets and strips. With a Kubeconfig the
 	// names the cluster publishes are stripped too.
 	HeaderNames    HeaderNames
-	LocalAPIServer string   // URL, on an address that is not steered
-	Peers          []string // URLs
+	LocalAPIServer string // URL, on an address that is not steered
+	// LocalServerName is the name the local apiserver's serving
+	// certificate is verified by; empty: the URL's host, or "kubernetes"
+	// when that is a loopback address (kubeadm's apiserver.crt carries
+	// "kubernetes" and no loopback address).
+	LocalServerName string
+	Peers           []string // URLs
 	// Kubeconfig finds peers in the cluster; empty: only Peers.
 	Kubeconfig      string
 	RefreshInterval time.Duration
@@ -74,11 +79,13 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 	}
 	p := &Proxy{cfg: cfg, certs: certs, local: local, peers: membership.WithoutSelf(peers, self, cfg.Log)}
 	p.trust = forward.Trust{PeerCA: certs.PeerCA, ClientCert: certs.ProxyClient}
-	p.Members, err = membership.New(membership.Config{Local: local, Peers: p.peers, RefreshInterval: cfg.RefreshInterval, Trust: p.trust, UserAgent: cfg.UserAgent, Log: cfg.Log})
+	p.Members, err = membership.New(membership.Config{Local: local, LocalServerName: localServerName(cfg.LocalServerName, local), Peers: p.peers, RefreshInterval: cfg.RefreshInterval, Trust: p.trust, UserAgent: cfg.UserAgent, Log: cfg.Log})
 	if err != nil {
 		return nil, err
 	}
-	if err := forward.CheckReachable(ctx, forward.NewBackend("check", local, p.trust)); err != nil {
+	check := p.trust
+	check.ServerName = localServerName(cfg.LocalServerName, local)
+	if err := forward.CheckReachable(ctx, forward.NewBackend("check", local, check)); err != nil {
 		return nil, err
 	}
 	if cfg.StateFile != "" {
@@ -184,4 +191,15 @@ func (c Config) tls() (TLS, error) {
 		t.CipherSuites = suites
 	}
 	return t, nil
+}
+
+// localServerName is the name the local apiserver is verified by.
+func localServerName(flag string, local *url.URL) string {
+	if flag != "" {
+		return flag
+	}
+	if ip, err := netip.ParseAddr(local.Hostname()); err == nil && ip.IsLoopback() {
+		return "kubernetes"
+	}
+	return ""
 }

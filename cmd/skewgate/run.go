@@ -95,6 +95,7 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f = fss.FlagSet("peers")
 	f.StringVar(&o.proxy.Certs.PeerCA, "peer-ca-file", "", "CA bundle verifying apiservers' serving certificates (required)")
 	f.StringVar(&o.proxy.LocalAPIServer, "local-apiserver", "", "URL of this node's kube-apiserver, on an address that is not steered (required)")
+	f.StringVar(&o.proxy.LocalServerName, "local-apiserver-server-name", "", "name the local apiserver's serving certificate must carry, as kubeconfig's tls-server-name (default: the URL's host, or \"kubernetes\" for a loopback address: kubeadm's apiserver.crt has no 127.0.0.1)")
 	f.StringSliceVar(&o.proxy.Peers, "peers", nil, "URLs of peer kube-apiservers, comma-separated")
 	f.StringVar(&o.proxy.Kubeconfig, "kubeconfig", "", "kubeconfig for discovering peers from the default/kubernetes EndpointSlices and apiserver identity leases (point it at the local apiserver)")
 	f.DurationVar(&o.proxy.RefreshInterval, "discovery-refresh-interval", o.proxy.RefreshInterval, "how often every server's discovery is re-read (conditionally, by ETag)")

@@ -28,6 +28,11 @@ type Trust struct {
 	// ClientCert is the front-proxy client certificate presented to every
 	// apiserver; they trust the X-Remote-* headers only with it.
 	ClientCert dynamiccertificates.CertKeyContentProvider
+	// ServerName, if set, is the name the apiserver's certificate must
+	// carry instead of the URL's host, as kubeconfig's tls-server-name:
+	// kubeadm's apiserver.crt has no 127.0.0.1 SAN, but always
+	// "kubernetes".
+	ServerName string
 }
 
 // Backend is one apiserver: its URL and connection pools to it.
@@ -237,6 +242,9 @@ func (c *trackedConn) Close() error {
 // handshake (so a rotated CA file takes effect without a restart) and
 // presents the current client certificate, if trust has one.
 func tlsConfig(host string, trust Trust) *tls.Config {
+	if trust.ServerName != "" {
+		host = trust.ServerName
+	}
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		ServerName: host,

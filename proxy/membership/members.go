@@ -27,8 +27,11 @@ const Identity = "system:skewgate"
 // Config configures Members.
 type Config struct {
 	Local *url.URL
-	Peers []*url.URL
-	Trust forward.Trust
+	// LocalServerName is the name the local apiserver's certificate is
+	// verified by, when not the URL's host (forward.Trust.ServerName).
+	LocalServerName string
+	Peers           []*url.URL
+	Trust           forward.Trust
 	// ProbeInterval and ProbeTimeout drive /readyz probes.
 	ProbeInterval, ProbeTimeout time.Duration
 	// RefreshInterval is how often each server's discovery is re-read
@@ -112,7 +115,11 @@ func New(cfg Config) (*Members, error) {
 }
 
 func (m *Members) add(u *url.URL, local bool) *server {
-	b := forward.NewBackend(ID(u), u, m.cfg.Trust)
+	trust := m.cfg.Trust
+	if local {
+		trust.ServerName = m.cfg.LocalServerName
+	}
+	b := forward.NewBackend(ID(u), u, trust)
 	if !local {
 		b.LimitInFlight(m.cfg.PeerMaxInFlight)
 		b.BreakOnFailures()
