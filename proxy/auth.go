@@ -32,6 +32,9 @@ type Caller struct {
 	// client certificate from --requestheader-client-ca-file with an
 	// allowed name.
 	Peer bool
+	// identity is User as identity headers, made once per connection for
+	// a certificate user (nil: made per request). Read-only.
+	identity http.Header
 }
 
 // callerAuth tells users, peers and everyone else apart as kube-apiserver's
@@ -105,11 +108,11 @@ func (a *callerAuth) authenticate(r *http.Request) (Caller, error) {
 	if v == nil {
 		return a.verify(r)
 	}
-	peer, u, err := v.get(a, r)
+	peer, u, hdr, err := v.get(a, r)
 	if peer {
 		return a.peerCaller(r), nil
 	}
-	return Caller{User: u}, err
+	return Caller{User: u, identity: hdr}, err
 }
 
 // verify authenticates r without a per-connection verdict.
@@ -153,20 +156,28 @@ type connVerdict struct {
 	generation uint64    // callerAuth.caGeneration when made
 	peer       bool
 	user       user.Info
+	headers    http.Header // user as identity headers
 	err        error
 }
 
 // get returns the connection's verdict, verifying the chain again once the
 // earliest certificate of it expired or a CA bundle changed.
-func (v *connVerdict) get(a *callerAuth, r *http.Request) (bool, user.Info, error) {
+func (v *connVerdict) get(a *callerAuth, r *http.Request) (bool, user.Info, http.Header, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	gen, now := a.caGeneration.Load(), a.now()
 	if !v.made || gen != v.generation || !now.Before(v.until) {
 		v.peer, v.user, v.err = a.verifyChain(r)
 		v.made, v.generation, v.until = true, gen, earliestNotAfter(r.TLS.PeerCertificates)
+		// Escaping the extra keys costs more than the rest of the
+		// identity: once per connection, not per request.
+		v.headers = nil
+		if v.user != nil {
+			v.headers = http.Header{}
+			a.rh.Names.set(v.headers, v.user)
+		}
 	}
-	return v.peer, v.user, v.err
+	return v.peer, v.user, v.headers, v.err
 }
 
 func earliestNotAfter(chain []*x509.Certificate) time.Time {
@@ -231,7 +242,12 @@ func (a *callerAuth) stripIdentity(h http.Header) { a.trusted.Load().strip(h) }
 // under the configured names, and the peer-proxied mark when mark is set.
 func (a *callerAuth) setIdentity(h http.Header, c Caller, mark bool) {
 	a.stripIdentity(h)
-	if c.User != nil {
+	switch {
+	case c.identity != nil:
+		for k, v := range c.identity {
+			h[k] = append([]string(nil), v...)
+		}
+	case c.User != nil:
 		a.rh.Names.set(h, c.User)
 	}
 	if mark {
