@@ -13,19 +13,10 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// promtool returns the path of promtool (Debian package prometheus). It
-// skips t when promtool is missing, except in CI, where that fails t.
+// promtool returns the path of promtool (Debian package prometheus).
 func promtool(t *testing.T) string {
 	t.Helper()
-	path, err := exec.LookPath("promtool")
-	if err == nil {
-		return path
-	}
-	if testenv.InCI() {
-		t.Fatalf("promtool is missing and CI=true forbids skipping (.ci/run installs the Debian package prometheus): %v", err)
-	}
-	t.Skipf("promtool is missing (apt-get install prometheus; runs in CI): %v", err)
-	return ""
+	return testenv.RequireCommand(t, "promtool", "prometheus")
 }
 
 func runPromtool(t *testing.T, args ...string) {

@@ -3,7 +3,6 @@ package drill
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -43,13 +42,7 @@ func TestMain(m *testing.M) {
 // workload, without skewgate (false 404s expected: the drill can see them)
 // and with skewgate (none), Prometheus checking every dashboard query.
 func TestShortDrill(t *testing.T) {
-	prom, err := exec.LookPath("prometheus")
-	if err != nil {
-		if testenv.InCI() {
-			t.Fatal("prometheus (Debian package) missing, and CI=true forbids skipping")
-		}
-		t.Skip("needs prometheus (Debian package)")
-	}
+	prom := testenv.RequireCommand(t, "prometheus", "prometheus")
 	queries, err := dashboard.Queries()
 	if err != nil {
 		t.Fatal(err)

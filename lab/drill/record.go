@@ -66,8 +66,10 @@ func (r *recorder) RoundTripper(next http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		start := time.Now()
 		resp, err := next.RoundTrip(req)
-		e := event{at: start, latency: time.Since(start), kind: kindOf(req)}
-		if info, cerr := r.classifier.Classify(req); cerr == nil {
+		e := event{at: start, latency: time.Since(start)}
+		info, cerr := r.classifier.Classify(req)
+		e.kind = kindOf(req, info.Kind)
+		if cerr == nil {
 			switch info.Kind {
 			case route.Resource:
 				e.gvr = info.GVR
@@ -128,12 +130,11 @@ func (r *recorder) snapshot() []event {
 	return out
 }
 
-func kindOf(req *http.Request) string {
-	q := req.URL.Query()
+func kindOf(req *http.Request, k route.Kind) string {
 	switch {
-	case q.Get("watch") == "true" || q.Get("watch") == "1":
+	case req.URL.Query().Get("watch") == "true" || req.URL.Query().Get("watch") == "1":
 		return "watch"
-	case req.Method == http.MethodGet && (req.URL.Path == "/api" || req.URL.Path == "/apis" || isGroupPath(req.URL.Path)):
+	case k == route.DiscoveryRoot || k == route.DiscoveryGroup:
 		return "discovery"
 	case req.Method == http.MethodGet:
 		return "read"
@@ -141,12 +142,6 @@ func kindOf(req *http.Request) string {
 		return "delete"
 	}
 	return "write"
-}
-
-// isGroupPath: /apis/<g> or /apis/<g>/<v>, /api/v1 — discovery documents.
-func isGroupPath(p string) bool {
-	n := bytes.Count([]byte(p), []byte("/"))
-	return (len(p) > 6 && p[:6] == "/apis/" && n <= 3) || p == "/api/v1"
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)

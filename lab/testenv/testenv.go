@@ -5,6 +5,7 @@ package testenv
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 )
 
@@ -21,4 +22,20 @@ func RequireRoot(t testing.TB) {
 		t.Fatal("this test needs root and CI=true forbids skipping it")
 	}
 	t.Skip("needs root (runs in CI)")
+}
+
+// RequireCommand returns the path of command, from the Debian package pkg.
+// Without it the test skips outside CI and fails inside it: .ci/run
+// installs pkg, so a missing command there is a broken install step.
+func RequireCommand(t testing.TB, command, pkg string) string {
+	t.Helper()
+	path, err := exec.LookPath(command)
+	if err == nil {
+		return path
+	}
+	if InCI() {
+		t.Fatalf("%s missing (Debian package %s) and CI=true forbids skipping: %v", command, pkg, err)
+	}
+	t.Skipf("needs %s (apt-get install %s; runs in CI)", command, pkg)
+	return ""
 }
