@@ -245,7 +245,9 @@ func (a *callerAuth) setIdentity(h http.Header, c Caller, mark bool) {
 	switch {
 	case c.identity != nil:
 		for k, v := range c.identity {
-			h[k] = append([]string(nil), v...)
+			// Shared by every request of the connection, read-only: the
+			// capacity is capped, so an append anywhere copies.
+			h[k] = v[:len(v):len(v)]
 		}
 	case c.User != nil:
 		a.rh.Names.set(h, c.User)

@@ -84,7 +84,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 	if !x.marked && h.serveMerged(w, r, x) {
 		return
 	}
-	x.decision = route.Decide(req, h.members.Table(), x.marked, clientKey(r, caller))
+	key := "" // only watches stick to a server
+	if req.Watch() {
+		key = clientKey(r, caller)
+	}
+	x.decision = route.Decide(req, h.members.Table(), x.marked, key)
 	h.dispatch(w, r, x)
 }
 

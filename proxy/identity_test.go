@@ -42,16 +42,18 @@ type seen struct {
 // recording upstream: the edge cases of header handling, byte for byte.
 // The lab's e2e tests prove the same against real apiservers.
 type identityRig struct {
-	addr   string
-	client tls.Certificate
-	roots  *x509.CertPool
-	mu     sync.Mutex
-	got    []seen
+	addr string
+	// upstream is the stand-in's address, for direct requests.
+	upstream string
+	client   tls.Certificate
+	roots    *x509.CertPool
+	mu       sync.Mutex
+	got      []seen
 }
 
-func newIdentityRig(t *testing.T, policy ...TLS) *identityRig {
+func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 	rig := &identityRig{}
-	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		rig.mu.Lock()
 		rig.got = append(rig.got, seen{r.URL.RequestURI(), r.Header.Clone(), r.Trailer.Clone()})
@@ -62,7 +64,10 @@ func newIdentityRig(t *testing.T, policy ...TLS) *identityRig {
 		}
 		w.Write([]byte("ok"))
 	}))
+	up.EnableHTTP2 = true // as kube-apiserver
+	up.StartTLS()
 	t.Cleanup(up.Close)
+	rig.upstream = up.Listener.Addr().String()
 
 	dir := t.TempDir()
 	pki, err := lab.GeneratePKI(dir, []lab.Node{{Name: "node-a", IP: mustIP("127.0.0.1")}})

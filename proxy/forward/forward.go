@@ -8,7 +8,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"net/http/httputil"
+	"net/url"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/util/proxy"
@@ -103,18 +107,49 @@ func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
 	loc.Path, loc.RawPath, loc.RawQuery = r.URL.Path, r.URL.RawPath, r.URL.RawQuery
 	upgrade := httpstream.IsUpgradeRequest(r)
 	rt := &failover{req: fr, retry: fr.Idempotent && !upgrade, bearer: r.Header.Get("Authorization") != ""}
-	h := proxy.NewUpgradeAwareHandler(&loc, rt, false, false, responder{show: fr.ShowErrors})
-	if upgrade {
-		// The upgrade dial bypasses round trippers and writes the request
-		// as it is, with no hop-by-hop processing: the identity goes on
-		// now. Record the server now too.
-		if fr.SetIdentity != nil {
-			fr.SetIdentity(r.Header)
-		}
-		w.Header().Set(HeaderServer, first.ID)
+	if !upgrade {
+		plainProxy(&loc, rt, responder{show: fr.ShowErrors}).ServeHTTP(w, r)
+		return
 	}
-	h.ServeHTTP(w, r)
+	// The upgrade dial bypasses round trippers and writes the request as
+	// it is, with no hop-by-hop processing: the identity goes on now.
+	// Record the server now too.
+	if fr.SetIdentity != nil {
+		fr.SetIdentity(r.Header)
+	}
+	w.Header().Set(HeaderServer, first.ID)
+	proxy.NewUpgradeAwareHandler(&loc, rt, false, false, responder{show: fr.ShowErrors}).ServeHTTP(w, r)
 }
+
+// plainProxy forwards a request that is no upgrade: the standard library's
+// reverse proxy, as UpgradeAwareHandler uses for these, but with pooled copy
+// buffers (UpgradeAwareHandler's proxy allocates 32 KiB per request, 60 %
+// of the bytes skewgate allocated) and without its extra copy of every
+// header. Responses of unknown length (watches, chunked lists) are flushed
+// as they arrive, as the reverse proxy does for them.
+func plainProxy(loc *url.URL, rt http.RoundTripper, rs responder) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL = loc
+			// Audit logs keep the client's address: append it to what
+			// the client sent, as UpgradeAwareHandler's proxy did.
+			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+			pr.SetXForwarded()
+		},
+		Transport:     rt,
+		FlushInterval: 200 * time.Millisecond, // UpgradeAwareHandler's, for responses of known length
+		BufferPool:    copyBuffers,
+		ErrorHandler:  rs.Error,
+	}
+}
+
+// copyBuffers are the reverse proxy's response copy buffers.
+var copyBuffers = &bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+
+type bufferPool struct{ pool sync.Pool }
+
+func (p *bufferPool) Get() []byte  { return *p.pool.Get().(*[]byte) }
+func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 
 // FailureKind says how an exchange with a backend failed.
 type FailureKind string

@@ -56,7 +56,7 @@ func (m *Members) publish() {
 			}
 		}
 		if st.Local {
-			t.Local = rs
+			t.SetLocal(rs)
 		} else {
 			t.Peers = append(t.Peers, rs)
 		}

@@ -62,6 +62,23 @@ type Server struct {
 type Table struct {
 	Local Server
 	Peers []Server
+	// localIDs is []string{Local.ID}, made once by SetLocal so that a
+	// local decision allocates nothing.
+	localIDs []string
+}
+
+// SetLocal sets the local server of a table being built.
+func (t *Table) SetLocal(s Server) {
+	t.Local, t.localIDs = s, []string{s.ID}
+}
+
+// localServers is the candidate list of a local decision. Callers only
+// read Decision.Servers, so the table's own slice is shared.
+func (t *Table) localServers() []string {
+	if len(t.localIDs) == 1 && t.localIDs[0] == t.Local.ID {
+		return t.localIDs
+	}
+	return []string{t.Local.ID}
 }
 
 // Decision is the outcome for one request.
@@ -84,19 +101,19 @@ func Decide(req Request, t *Table, marked bool, clientKey string) Decision {
 	if marked {
 		return local(t, 2, "marked as proxied by a peer: answered locally, never proxied twice")
 	}
-	serves, what := capability(req)
-	if serves == nil {
-		return local(t, 1, fmt.Sprintf("%s request: answered locally", req.Kind))
+	q := question{req}
+	if !q.asks() {
+		return local(t, 1, alwaysLocal[req.Kind])
 	}
-	if t.Local.Caps == nil || serves(t.Local.Caps) {
-		if t.Local.Caps == nil {
-			return local(t, 3, "local discovery not fetched yet: answered locally")
-		}
-		return local(t, 3, "local server serves "+what)
+	if t.Local.Caps == nil {
+		return local(t, 3, "local discovery not fetched yet: answered locally")
+	}
+	if q.of(t.Local.Caps) {
+		return local(t, 3, "the local server serves it")
 	}
 	var healthy, down []Server
 	for _, p := range t.Peers {
-		if p.Caps == nil || !serves(p.Caps) {
+		if p.Caps == nil || !q.of(p.Caps) {
 			continue
 		}
 		if p.Healthy && !p.Departed {
@@ -108,16 +125,23 @@ func Decide(req Request, t *Table, marked bool, clientKey string) Decision {
 	if len(healthy) > 0 {
 		order(healthy, req, clientKey)
 		return Decision{Route: Peer, Servers: ids(healthy), Rule: 4,
-			Reason: fmt.Sprintf("local server does not serve %s; %d healthy peer(s) do", what, len(healthy))}
+			Reason: fmt.Sprintf("local server does not serve %s; %d healthy peer(s) do", q.what(), len(healthy))}
 	}
 	if len(down) > 0 {
 		return Decision{Route: Unavailable, Servers: ids(down), Rule: 5,
-			Reason: fmt.Sprintf("only unhealthy or departed peers serve %s", what)}
+			Reason: fmt.Sprintf("only unhealthy or departed peers serve %s", q.what())}
 	}
+	return unservedLocally(q, t)
+}
+
+// unservedLocally decides for a request no healthy or unhealthy peer's
+// current discovery lists: unavailable while a server may still serve it
+// (rule 5), otherwise the local server's genuine 404 (rule 6).
+func unservedLocally(q question, t *Table) Decision {
 	var unknown, lost []Server
 	for _, p := range append([]Server{t.Local}, t.Peers...) {
 		switch {
-		case p.Lost != nil && serves(p.Lost):
+		case p.Lost != nil && q.of(p.Lost):
 			lost = append(lost, p)
 		case p.Unknown && p.ID != t.Local.ID:
 			unknown = append(unknown, p)
@@ -125,36 +149,66 @@ func Decide(req Request, t *Table, marked bool, clientKey string) Decision {
 	}
 	if len(lost) > 0 {
 		return Decision{Route: Unavailable, Servers: ids(lost), Rule: 5,
-			Reason: fmt.Sprintf("%d server(s) served %s before they restarted on another version, within the grace", len(lost), what)}
+			Reason: fmt.Sprintf("%d server(s) served %s before they restarted on another version, within the grace", len(lost), q.what())}
 	}
 	if len(unknown) > 0 {
 		return Decision{Route: Unavailable, Servers: ids(unknown), Rule: 5,
-			Reason: fmt.Sprintf("local server does not serve %s and what %d peer(s) serve is not known yet", what, len(unknown))}
+			Reason: fmt.Sprintf("local server does not serve %s and what %d peer(s) serve is not known yet", q.what(), len(unknown))}
 	}
-	return local(t, 6, "no server serves "+what+": the local server's 404 is genuine")
+	return local(t, 6, "no server serves "+q.what()+": the local server's 404 is genuine")
 }
+
+// alwaysLocal are rule 1's reasons, by kind.
+var alwaysLocal = func() map[Kind]string {
+	m := map[Kind]string{}
+	for k := range kindNames {
+		m[Kind(k)] = Kind(k).String() + " request: answered locally"
+	}
+	return m
+}()
 
 func local(t *Table, rule int, reason string) Decision {
-	return Decision{Route: Local, Servers: []string{t.Local.ID}, Rule: rule, Reason: reason}
+	return Decision{Route: Local, Servers: t.localServers(), Rule: rule, Reason: reason}
 }
 
-// capability returns the question to ask of each server's capabilities,
-// and what it is about; nil for requests that are always local.
-func capability(req Request) (func(Capabilities) bool, string) {
-	switch req.Kind {
-	case Resource:
-		what := req.GVR.Group + "/" + req.GVR.Version + "/" + req.GVR.Resource
-		if req.Subresource != "" {
-			what += "/" + req.Subresource
-		}
-		return func(c Capabilities) bool { return c.Serves(req.GVR, req.Subresource) }, what
-	case DiscoveryGroup, OpenAPIGroupVersion:
-		if req.GV.Version == "" {
-			return func(c Capabilities) bool { return c.ServesGroup(req.GV.Group) }, "group " + req.GV.Group
-		}
-		return func(c Capabilities) bool { return c.ServesGroupVersion(req.GV) }, req.GV.String()
+// question is what to ask of each server's capabilities for a request. It
+// is a value, not a closure, so that asking allocates nothing.
+type question struct{ req Request }
+
+// asks reports whether routing depends on capabilities at all; requests
+// that do not are always local.
+func (q question) asks() bool {
+	switch q.req.Kind {
+	case Resource, DiscoveryGroup, OpenAPIGroupVersion:
+		return true
 	}
-	return nil, ""
+	return false
+}
+
+func (q question) of(c Capabilities) bool {
+	switch {
+	case q.req.Kind == Resource:
+		return c.Serves(q.req.GVR, q.req.Subresource)
+	case q.req.GV.Version == "":
+		return c.ServesGroup(q.req.GV.Group)
+	}
+	return c.ServesGroupVersion(q.req.GV)
+}
+
+// what names what the request asks about, for reasons.
+func (q question) what() string {
+	switch {
+	case q.req.Kind == Resource:
+		gvr := q.req.GVR
+		what := gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
+		if q.req.Subresource != "" {
+			what += "/" + q.req.Subresource
+		}
+		return what
+	case q.req.GV.Version == "":
+		return "group " + q.req.GV.Group
+	}
+	return q.req.GV.String()
 }
 
 // order sorts capable peers by latency, or for a watch by a rendezvous hash
