@@ -14,7 +14,7 @@ COMMIT     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILD_DATE ?= $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
 LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: all build test lab-build lab-up lab-down demo bench fmt vet fuzz soak upgrade-drill
+.PHONY: all build test lab-build lab-up lab-down demo bench bench-micro fmt vet fuzz soak upgrade-drill
 
 all: build
 
@@ -52,8 +52,17 @@ upgrade-drill: lab-build
 demo: lab-build
 	./deploy/demo.sh
 
+# The one table: skewgate against direct, HAProxy (TCP) and the in-tree
+# proxy on the lab, side by side; prints it and writes docs/benchmarks.md
+# and docs/bench/latency.png. Needs the Debian package haproxy.
 bench: lab-build
-	$(GO) test -run '^$$' -bench . -benchtime 200x ./lab/e2e/
+	@command -v haproxy >/dev/null || { apt-get update && apt-get install -y haproxy; }
+	$(GO) test -count=1 -run '^$$' -bench Table -benchtime 1x -timeout 30m ./lab/bench/ -args -out $(CURDIR)/docs
+
+# Micro-benchmarks that need no lab: routing, merged discovery, the
+# in-process hop and its allocations.
+bench-micro:
+	$(GO) test -run '^$$' -bench . -benchmem ./proxy/...
 
 # 500 watches + 200 rps through skewgate for SOAK_DURATION (default 60s),
 # node-b stopped and started in the middle; prints outcomes and vitals.

@@ -38,6 +38,9 @@ type SkewgateMode struct {
 	// ExemptPeers exempts the peers' addresses from steering
 	// (--steer-exempt-peers).
 	ExemptPeers bool
+	// Exempt are sources never steered (--steer-exempt), such as a
+	// benchmark's address for direct connections.
+	Exempt []string
 }
 
 // SkewgateArgs are `skewgate run` flags for a skewgate in front of node n:
@@ -68,6 +71,9 @@ func (p *Plane) modeArgs(n Node, mode SkewgateMode, args []string) []string {
 	}
 	if mode.ExemptPeers {
 		args = append(args, "--steer-exempt-peers")
+	}
+	if len(mode.Exempt) > 0 {
+		args = append(args, "--steer-exempt="+strings.Join(mode.Exempt, ","))
 	}
 	return args
 }
