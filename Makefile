@@ -57,7 +57,7 @@ demo: lab-build
 # and docs/bench/latency.png. Needs the Debian package haproxy.
 bench: lab-build
 	@command -v haproxy >/dev/null || { apt-get update && apt-get install -y haproxy; }
-	$(GO) test -count=1 -run '^$$' -bench Table -benchtime 1x -timeout 30m ./lab/bench/ -args -out $(CURDIR)/docs
+	$(GO) test -count=1 -run '^$$' -bench Table -benchtime 1x -timeout 30m ./lab/bench/ -args -out $(CURDIR)/docs $(if $(PROFILE),-profile $(PROFILE))
 
 # Micro-benchmarks that need no lab: routing, merged discovery, the
 # in-process hop and its allocations.

@@ -338,3 +338,19 @@ func TestHTTP2RefusesHopByHopHeaders(t *testing.T) {
 		t.Errorf("upstream saw %+v", rig.got)
 	}
 }
+
+// The apiserver's audit log records the client's address from
+// X-Forwarded-For: skewgate appends the address it saw to what the client
+// sent, as a reverse proxy does.
+func TestForwardedForKeepsTheClient(t *testing.T) {
+	rig := newIdentityRig(t)
+	for _, tc := range []struct{ sent, want string }{
+		{"", "127.0.0.1"},
+		{"X-Forwarded-For: 10.0.0.1\n", "10.0.0.1, 127.0.0.1"},
+	} {
+		_, got := rig.send(t, "GET /version HTTP/1.1\nHost: 127.0.0.1\n"+tc.sent+"\n")
+		if v := got.header.Values("X-Forwarded-For"); !slices.Equal(v, []string{tc.want}) {
+			t.Errorf("sent %q: upstream got X-Forwarded-For %q, want %q", tc.sent, v, tc.want)
+		}
+	}
+}

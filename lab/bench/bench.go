@@ -50,6 +50,9 @@ type Config struct {
 	// Watch is the watch-heavy load, run on the local direct and
 	// skewgate paths.
 	Watch WatchLoad
+	// ProfileDir, if set, receives a CPU profile of skewgate (from its
+	// /debug/pprof) for each of its paths' first saturation round.
+	ProfileDir string
 }
 
 // Run measures every path and returns the report.

@@ -22,7 +22,10 @@ import (
 	"github.com/skewgate/skewgate/lab/labtest"
 )
 
-var out = flag.String("out", "", "docs directory to write benchmarks.md and the chart into (make bench sets it)")
+var (
+	out        = flag.String("out", "", "docs directory to write benchmarks.md and the chart into (make bench sets it)")
+	profileDir = flag.String("profile", "", "directory to write CPU profiles of skewgate under saturation into")
+)
 
 var (
 	env      *labtest.Env
@@ -146,7 +149,8 @@ func config(b *testing.B) bench.Config {
 		},
 		Sequential: 500, Concurrency: 32, Saturation: 10 * time.Second, Rounds: 2,
 		Server: server.PID, Skewgate: skewgate.PID, Admin: lab.SkewgateAdminURL(a),
-		Watch: bench.WatchLoad{Watches: 500, RPS: 200, Duration: 15 * time.Second},
+		Watch:      bench.WatchLoad{Watches: 500, RPS: 200, Duration: 15 * time.Second},
+		ProfileDir: *profileDir,
 	}
 }
 

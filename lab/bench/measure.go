@@ -57,9 +57,16 @@ func (l Load) PerRequest(cpu time.Duration) time.Duration {
 func saturate(ctx context.Context, cfg Config) (map[string]Load, error) {
 	out := map[string]Load{}
 	slice := cfg.Saturation / time.Duration(cfg.Rounds)
-	for range cfg.Rounds {
+	for round := range cfg.Rounds {
 		for _, p := range cfg.Paths {
+			profiled := func() error { return nil }
+			if round == 0 && p.Proxy == cfg.Skewgate && cfg.ProfileDir != "" {
+				profiled = profile(ctx, cfg, p, slice-time.Second)
+			}
 			l, err := burst(ctx, p, cfg.Concurrency, slice, cfg.Server)
+			if perr := profiled(); err == nil {
+				err = perr
+			}
 			if err != nil {
 				return nil, err
 			}

@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/util/proxy"
@@ -124,23 +125,34 @@ func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
 // plainProxy forwards a request that is no upgrade: the standard library's
 // reverse proxy, as UpgradeAwareHandler uses for these, but with pooled copy
 // buffers (UpgradeAwareHandler's proxy allocates 32 KiB per request, 60 %
-// of the bytes skewgate allocated) and without its extra copy of every
-// header. Responses of unknown length (watches, chunked lists) are flushed
-// as they arrive, as the reverse proxy does for them.
+// of the bytes skewgate allocated), without its extra copy of every header,
+// and without its flush timer: an answer of known length goes out when it
+// is complete, often in one write with its headers, while answers of
+// unknown length (watches, streamed lists) are flushed as they arrive.
 func plainProxy(loc *url.URL, rt http.RoundTripper, rs responder) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = loc
-			// Audit logs keep the client's address: append it to what
-			// the client sent, as UpgradeAwareHandler's proxy did.
-			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
-			pr.SetXForwarded()
+			forwardedFor(pr)
 		},
-		Transport:     rt,
-		FlushInterval: 200 * time.Millisecond, // UpgradeAwareHandler's, for responses of known length
-		BufferPool:    copyBuffers,
-		ErrorHandler:  rs.Error,
+		Transport:    rt,
+		BufferPool:   copyBuffers,
+		ErrorHandler: rs.Error,
 	}
+}
+
+// forwardedFor appends the client's address to the X-Forwarded-For it
+// sent, as UpgradeAwareHandler's proxy did, so that audit logs keep the
+// client's address.
+func forwardedFor(pr *httputil.ProxyRequest) {
+	host, _, err := net.SplitHostPort(pr.In.RemoteAddr)
+	if err != nil {
+		return
+	}
+	if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
+		host = strings.Join(prior, ", ") + ", " + host
+	}
+	pr.Out.Header["X-Forwarded-For"] = []string{host}
 }
 
 // copyBuffers are the reverse proxy's response copy buffers.
