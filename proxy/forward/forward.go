@@ -109,7 +109,7 @@ func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
 	upgrade := httpstream.IsUpgradeRequest(r)
 	rt := &failover{req: fr, retry: fr.Idempotent && !upgrade, bearer: r.Header.Get("Authorization") != ""}
 	if !upgrade {
-		plainProxy(&loc, rt, responder{show: fr.ShowErrors}).ServeHTTP(w, r)
+		plainProxy(&loc, rt, responder{show: fr.ShowErrors}, fr.LongRunning).ServeHTTP(w, r)
 		return
 	}
 	// The upgrade dial bypasses round trippers and writes the request as
@@ -129,14 +129,18 @@ func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
 // and without its flush timer: an answer of known length goes out when it
 // is complete, often in one write with its headers, while answers of
 // unknown length (watches, streamed lists) are flushed as they arrive.
-func plainProxy(loc *url.URL, rt http.RoundTripper, rs responder) *httputil.ReverseProxy {
+func plainProxy(loc *url.URL, rt http.RoundTripper, rs responder, longRunning bool) *httputil.ReverseProxy {
+	buffers := copyBuffers
+	if longRunning {
+		buffers = streamBuffers
+	}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = loc
 			forwardedFor(pr)
 		},
 		Transport:    rt,
-		BufferPool:   copyBuffers,
+		BufferPool:   buffers,
 		ErrorHandler: rs.Error,
 	}
 }
@@ -155,8 +159,18 @@ func forwardedFor(pr *httputil.ProxyRequest) {
 	pr.Out.Header["X-Forwarded-For"] = []string{host}
 }
 
-// copyBuffers are the reverse proxy's response copy buffers.
-var copyBuffers = &bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+// copyBuffers are the reverse proxy's response copy buffers; a watch holds
+// its buffer as long as it is open, so watches take smaller ones (an event
+// rarely exceeds 8 KiB; a larger one takes several reads): 500 watches hold
+// 4 MiB, not 16.
+var (
+	copyBuffers   = newBufferPool(32 << 10)
+	streamBuffers = newBufferPool(8 << 10)
+)
+
+func newBufferPool(size int) *bufferPool {
+	return &bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, size); return &b }}}
+}
 
 type bufferPool struct{ pool sync.Pool }
 
