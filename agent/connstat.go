@@ -27,9 +27,10 @@ type ConnStatConfig struct {
 	// NetNSPath is the network namespace whose sockets are counted;
 	// DefaultNetNS if empty.
 	NetNSPath string
-	// CgroupPath is the cgroup v2 directory to attach to; the cgroup v2
-	// root from /proc/self/mountinfo if empty (/sys/fs/cgroup or, on hybrid
-	// hosts, /sys/fs/cgroup/unified). The root sees every socket on the host.
+	// CgroupPath is the cgroup v2 directory to attach to, resolved by
+	// CgroupRoot: the cgroup v2 root from /proc/self/mountinfo if empty
+	// (/sys/fs/cgroup or, on hybrid hosts, /sys/fs/cgroup/unified). The
+	// root sees every socket on the host.
 	CgroupPath string
 	// UpstreamPort is the apiservers' port, 6443 if zero: outgoing
 	// connections to it are proxy→local or proxy→peer hops.
@@ -109,13 +110,11 @@ func (c *ConnStat) install() error {
 	if err := checkLayout(c.cfg.PinPath); err != nil {
 		return classify(err)
 	}
-	if c.cfg.CgroupPath == "" {
-		p, err := cgroup2Root()
-		if err != nil {
-			return classify(err)
-		}
-		c.cfg.CgroupPath = p
+	p, err := CgroupRoot(c.cfg.CgroupPath)
+	if err != nil {
+		return classify(err)
 	}
+	c.cfg.CgroupPath = p
 	spec, err := connstat.LoadConnstat()
 	if err != nil {
 		return err
@@ -192,6 +191,24 @@ func (c *ConnStat) attach() (link.Link, error) {
 			Program: c.objs.Connstat,
 		})
 	})
+}
+
+// CgroupRoot resolves the cgroup connstat attaches to: dir itself when it
+// is a cgroup v2 mount, dir/unified when dir is a cgroup v1 hybrid host's
+// /sys/fs/cgroup (a pod mounts the host's /sys/fs/cgroup, whichever layout
+// the host has), and this mount namespace's cgroup2 mount when dir is
+// empty. Anything else is an error naming dir.
+func CgroupRoot(dir string) (string, error) {
+	if dir == "" {
+		return cgroup2Root()
+	}
+	for _, p := range []string{dir, filepath.Join(dir, "unified")} {
+		var st unix.Statfs_t
+		if err := unix.Statfs(p, &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("cgroup root %s: neither it nor %s/unified is a cgroup v2 mount", dir, dir)
 }
 
 // cgroup2Root finds the cgroup v2 mount of this mount namespace.

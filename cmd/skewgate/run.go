@@ -106,6 +106,7 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.BoolVar(&o.node.Steering, "steering", false, "steer new connections for --steer-address into the proxy with eBPF (sk_lookup), failing open")
 	f.StringVar(&o.node.Address, "steer-address", "", "address:port whose new connections are steered (default: <node-ip>:6443, the node's only global address)")
 	f.StringVar(&o.node.PinPath, "pin-path", o.node.PinPath, "bpffs directory for skewgate's maps, programs and links")
+	f.StringVar(&o.node.CgroupRoot, "cgroup-root", "", "cgroup v2 root connstat attaches to, e.g. the host's /sys/fs/cgroup mounted into a pod (a cgroup v1 hybrid host's unified/ is found) (default: this mount namespace's cgroup2 mount)")
 	f.StringSliceVar(&o.node.Exempt, "steer-exempt", nil, "source addresses or CIDRs whose connections are never steered, comma-separated")
 	f.BoolVar(&o.node.ExemptPeers, "steer-exempt-peers", false, "never steer connections from peer apiservers' addresses, so a peer's forwarded request skips this node's skewgate; "+
 		"only for peers whose addresses carry nothing else: a load balancer on a peer node would bypass skewgate too")
@@ -128,6 +129,11 @@ func (o *runOptions) validate() error {
 	if o.node.Steering && o.proxy.LocalAPIServer != "" {
 		if _, _, err := agent.Targets(o.node.Address, localHostPort(o.proxy.LocalAPIServer), o.node.Exempt); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if o.node.Steering && o.node.CgroupRoot != "" {
+		if _, err := agent.CgroupRoot(o.node.CgroupRoot); err != nil {
+			errs = append(errs, fmt.Errorf("--cgroup-root: %w", err))
 		}
 	}
 	if err := logsapi.ValidateAndApply(o.logging, nil); err != nil {
