@@ -88,7 +88,7 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.StringSliceVar(&o.proxy.RequestHeaderAllowedNames, "requestheader-allowed-names", o.proxy.RequestHeaderAllowedNames, "common names of trusted peers' front-proxy certificates (empty: any)")
 	f.StringSliceVar(&o.proxy.HeaderNames.User, "requestheader-username-headers", o.proxy.HeaderNames.User, "kube-apiserver's: the user headers skewgate sets (the first) and strips from clients (all)")
 	f.StringSliceVar(&o.proxy.HeaderNames.UID, "requestheader-uid-headers", o.proxy.HeaderNames.UID, "kube-apiserver's: the UID headers skewgate sets (the first) and strips (all)")
-	f.StringSliceVar(&o.proxy.HeaderNames.Group, "requestheader-group-headers", o.proxy.HeaderNames.Group, "kube-apiserver's: the group headers skewgate sets (the first) and strips (all); with --kubeconfig, every name in kube-system/extension-apiserver-authentication is stripped too")
+	f.StringSliceVar(&o.proxy.HeaderNames.Group, "requestheader-group-headers", o.proxy.HeaderNames.Group, "kube-apiserver's: the group headers skewgate sets (the first) and strips (all); with --kubeconfig or in a pod, every name in kube-system/extension-apiserver-authentication is stripped too")
 	f.StringSliceVar(&o.proxy.HeaderNames.ExtraPrefix, "requestheader-extra-headers-prefix", o.proxy.HeaderNames.ExtraPrefix, "kube-apiserver's: the extra header prefixes skewgate sets (the first) and strips (all)")
 	f.StringVar(&o.proxy.Certs.ProxyClientCert, "proxy-client-cert-file", "", "front-proxy client certificate presented to apiservers (required)")
 	f.StringVar(&o.proxy.Certs.ProxyClientKey, "proxy-client-key-file", "", "key of --proxy-client-cert-file (required)")
@@ -98,7 +98,7 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.StringVar(&o.proxy.LocalAPIServer, "local-apiserver", "", "URL of this node's kube-apiserver, on an address that is not steered (required)")
 	f.StringVar(&o.proxy.LocalServerName, "local-apiserver-server-name", "", "name the local apiserver's serving certificate must carry, as kubeconfig's tls-server-name (default: the URL's host, or \"kubernetes\" for a loopback address: kubeadm's apiserver.crt has no 127.0.0.1)")
 	f.StringSliceVar(&o.proxy.Peers, "peers", nil, "URLs of peer kube-apiservers, comma-separated")
-	f.StringVar(&o.proxy.Kubeconfig, "kubeconfig", "", "kubeconfig for discovering peers from the default/kubernetes EndpointSlices and apiserver identity leases (point it at the local apiserver)")
+	f.StringVar(&o.proxy.Kubeconfig, "kubeconfig", "", "kubeconfig for discovering peers from the default/kubernetes EndpointSlices and apiserver identity leases (point it at the local apiserver); without it, in a pod, the ServiceAccount's token and CA toward --local-apiserver")
 	f.DurationVar(&o.proxy.RefreshInterval, "discovery-refresh-interval", o.proxy.RefreshInterval, "how often every server's discovery is re-read (conditionally, by ETag)")
 	f.StringVar(&o.proxy.StateFile, "state-file", o.proxy.StateFile, "where every peer's last-known discovery is kept across restarts, so a peer that is down when skewgate starts answers 503, not 404 (empty: nothing kept)")
 
