@@ -14,13 +14,20 @@ COMMIT     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILD_DATE ?= $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
 LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: all build test lab-build lab-up lab-down demo bench fmt vet fuzz soak upgrade-drill
+.PHONY: all build test lab-build lab-up lab-down demo bench fmt vet fuzz soak upgrade-drill image
 
 all: build
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/skewgate ./cmd/skewgate
 	$(GO) build -o $(BIN)/skewlab ./cmd/skewlab
+
+# skewgate's OCI image archive, skewgate:$(VERSION): a static binary on no
+# base, built without a container daemon; the same commit gives the same
+# digest. Import with `ctr -n k8s.io images import bin/skewgate-image.tar`.
+image: build
+	$(BIN)/skewlab image --version $(VERSION) --revision $(COMMIT) --created $(BUILD_DATE) \
+		--ldflags '-s -w $(LDFLAGS)' --out $(BIN)/skewgate-image.tar
 
 # The lab's kube-apiservers are built first, on their own, so their
 # minutes-long first build shows its progress instead of hiding in go test.
