@@ -21,8 +21,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("SGT_CHILD") == "steer" {
-		if err := runSteerChild(); err != nil {
+	children := map[string]func() error{"steer": runSteerChild, "agent": runAgentChild}
+	if run, ok := children[os.Getenv("SGT_CHILD")]; ok {
+		if err := run(); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
 			os.Exit(1)
 		}
