@@ -122,25 +122,12 @@ func updateOrAttach(pinPath string, prog *ebpf.Program, want func(*link.Info) bo
 	return l, nil
 }
 
-// RemovePins detaches steering and connstat and removes every pin under
-// pinPath, then the directory. Connections already assigned stay up; new
-// ones reach the apiserver's own socket. Missing pins are not an error.
+// RemovePins is Uninstall without its report: it detaches steering and
+// connstat and removes every pin under pinPath, then the directory. A
+// missing pinPath is not an error.
 func RemovePins(pinPath string) error {
-	entries, err := os.ReadDir(pinPath)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	if _, err := Uninstall(pinPath); err != nil && !errors.Is(err, ErrNotInstalled) {
+		return err
 	}
-	if err != nil {
-		return fmt.Errorf("read pin path: %w", err)
-	}
-	var errs []error
-	for _, e := range entries {
-		if err := os.Remove(filepath.Join(pinPath, e.Name())); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := os.Remove(pinPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return nil
 }
