@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -50,6 +51,9 @@ type ConnStatConfig struct {
 	// the steered targets, which the proxy's own probe or a node-local
 	// client dials and which connstat counts on the accepting side.
 	Clients []netip.Prefix
+	// Log receives what is worth an operator's attention once, such as
+	// pins of another layout replaced (nil: discarded).
+	Log *slog.Logger
 }
 
 func (c *ConnStatConfig) setDefaults() error {
@@ -61,6 +65,9 @@ func (c *ConnStatConfig) setDefaults() error {
 	}
 	if c.UpstreamPort == 0 {
 		c.UpstreamPort = 6443
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
 	}
 	if len(c.Local) == 0 {
 		c.Local = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
@@ -107,7 +114,7 @@ func (c *ConnStat) install() error {
 	if err := ensurePinDir(c.cfg.PinPath); err != nil {
 		return classify(err)
 	}
-	if err := checkLayout(c.cfg.PinPath); err != nil {
+	if err := checkLayout(c.cfg.PinPath, c.cfg.Log); err != nil {
 		return classify(err)
 	}
 	p, err := CgroupRoot(c.cfg.CgroupPath)

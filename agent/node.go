@@ -83,7 +83,7 @@ func Listen(addr string, cfg NodeConfig, reg prometheus.Registerer) (*Node, erro
 	n.reason = "waiting until skewgate is ready"
 	cs, err := StartConnStat(ConnStatConfig{
 		PinPath: cfg.PinPath, CgroupPath: cfg.CgroupRoot, ProxyPort: uint16(ln.Addr().(*net.TCPAddr).Port), UpstreamPort: n.target.Port(), ProxyTGID: OwnTGID(),
-		Clients: []netip.Prefix{netip.PrefixFrom(n.target.Addr(), n.target.Addr().BitLen())},
+		Clients: []netip.Prefix{netip.PrefixFrom(n.target.Addr(), n.target.Addr().BitLen())}, Log: cfg.Log,
 	})
 	if err != nil {
 		ln.Close()
