@@ -32,7 +32,7 @@ image: build
 # The lab's kube-apiservers are built first, on their own, so their
 # minutes-long first build shows its progress instead of hiding in go test.
 lab-build: build
-	$(BIN)/skewlab build
+	$(BIN)/skewlab build $(if $(filter on,$(KUBELET)),--kubelet,)
 
 test: vet lab-build
 	$(GOTEST) ./...
@@ -42,9 +42,15 @@ vet:
 
 # SKEWGATE=on runs skewgate on every node, steering the node's IP:6443.
 LAB_SKEWGATE := $(if $(filter on,$(SKEWGATE)),--skewgate $(BIN)/skewgate,)
+# KUBELET=on runs containerd and a kubelet on every node (control-plane
+# role and taint), a controller-manager and a scheduler, with skewgate's
+# image (make image) imported: then `kubectl apply -k deploy/kubernetes`.
+KUBELET   ?= off
+LAB_KUBELET := $(if $(filter on,$(KUBELET)),--kubelet --image $(BIN)/skewgate-image.tar,)
+LAB_UP_DEPS := lab-build $(if $(filter on,$(KUBELET)),image,)
 
-lab-up: lab-build
-	$(BIN)/skewlab up --dir $(LAB_DIR) --nodes $(NODES) $(LAB_SKEWGATE)
+lab-up: $(LAB_UP_DEPS)
+	$(BIN)/skewlab up --dir $(LAB_DIR) --nodes $(NODES) $(LAB_SKEWGATE) $(LAB_KUBELET)
 
 lab-down: build
 	$(BIN)/skewlab down --dir $(LAB_DIR)

@@ -3,40 +3,48 @@ package lab
 import (
 	"context"
 	"io"
+	"slices"
+
+	"golang.org/x/mod/semver"
 )
 
-// KubeletVersion is the kubelet (and controller-manager, scheduler,
-// kubectl) the kubelet mode runs: the new version, as a node being
-// upgraded would.
-const KubeletVersion = NewVersion
+// KubectlVersion is the kubectl the kubelet mode builds (kubectl may be
+// one minor newer or older than the servers it talks to).
+const KubectlVersion = NewVersion
 
 // KubeletBinaries are the paths of the kubelet mode's executables.
 type KubeletBinaries struct {
-	Kubelet           string
+	Kubelets map[string]string // by version: each node's kubelet is its apiserver's version
+	// ControllerManager and Scheduler run once per plane, at the oldest
+	// node version: they must not be newer than any apiserver they reach.
+	ControlVersion    string
 	ControllerManager string
 	Scheduler         string
 	Kubectl           string
 }
 
-// EnsureKubeletBinaries builds kubelet, kube-controller-manager,
-// kube-scheduler and kubectl at version v from the Go module proxy into
-// cacheDir, as EnsureBinaries builds the apiservers (cached afterwards).
-func EnsureKubeletBinaries(ctx context.Context, cacheDir, v string, out io.Writer) (KubeletBinaries, error) {
-	var b KubeletBinaries
-	for _, t := range []struct {
-		name string
-		path *string
-	}{
-		{"kube-scheduler", &b.Scheduler},
-		{"kubectl", &b.Kubectl},
-		{"kube-controller-manager", &b.ControllerManager},
-		{"kubelet", &b.Kubelet},
-	} {
-		path, err := ensure(ctx, cacheDir, kubernetesRecipe(t.name, v), out)
+// EnsureKubeletBinaries builds a kubelet per node version, the
+// controller-manager and scheduler at the oldest of them, and kubectl, from
+// the Go module proxy into cacheDir, as EnsureBinaries builds the
+// apiservers (cached afterwards).
+func EnsureKubeletBinaries(ctx context.Context, cacheDir string, versions []string, out io.Writer) (KubeletBinaries, error) {
+	sorted := slices.Clone(versions)
+	slices.SortFunc(sorted, semver.Compare)
+	b := KubeletBinaries{Kubelets: map[string]string{}, ControlVersion: sorted[0]}
+	var err error
+	build := func(name, v string) string {
 		if err != nil {
-			return b, err
+			return ""
 		}
-		*t.path = path
+		var path string
+		path, err = ensure(ctx, cacheDir, kubernetesRecipe(name, v), out)
+		return path
 	}
-	return b, nil
+	b.Scheduler = build("kube-scheduler", b.ControlVersion)
+	b.Kubectl = build("kubectl", KubectlVersion)
+	b.ControllerManager = build("kube-controller-manager", b.ControlVersion)
+	for _, v := range slices.Compact(sorted) {
+		b.Kubelets[v] = build("kubelet", v)
+	}
+	return b, err
 }

@@ -22,12 +22,12 @@ func newBuildCmd() *cobra.Command {
 			if !kubelet {
 				return nil
 			}
-			_, err := lab.EnsureKubeletBinaries(cmd.Context(), cache, lab.KubeletVersion, os.Stdout)
+			_, err := lab.EnsureKubeletBinaries(cmd.Context(), cache, versions, os.Stdout)
 			return err
 		},
 	}
 	cmd.Flags().StringVar(&cache, "cache", cache, "directory for the built binaries ($SKEWGATE_LAB_CACHE)")
 	cmd.Flags().StringSliceVar(&versions, "versions", versions, "kube-apiserver versions to build")
-	cmd.Flags().BoolVar(&kubelet, "kubelet", false, "also build kubelet, kube-controller-manager, kube-scheduler and kubectl "+lab.KubeletVersion)
+	cmd.Flags().BoolVar(&kubelet, "kubelet", false, "also build a kubelet per version, kube-controller-manager and kube-scheduler at the oldest, and kubectl "+lab.KubectlVersion)
 	return cmd
 }
