@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -146,5 +147,28 @@ func TestCapabilities(t *testing.T) {
 			}
 			t.Logf("without %s: %s", caps[i], strings.TrimSpace(errOut))
 		})
+	}
+}
+
+// TestCgroupRoot: the pod mounts the host's /sys/fs/cgroup, unified or
+// hybrid; CgroupRoot finds the cgroup v2 root in either and refuses
+// anything else by name.
+func TestCgroupRoot(t *testing.T) {
+	want, err := cgroup2Root()
+	if err != nil {
+		t.Skipf("no cgroup2 mount here: %v", err)
+	}
+	dirs := []string{"", want}
+	if filepath.Base(want) == "unified" { // a hybrid host, like this one
+		dirs = append(dirs, filepath.Dir(want))
+	}
+	for _, dir := range dirs {
+		if got, err := CgroupRoot(dir); err != nil || got != want {
+			t.Errorf("CgroupRoot(%s) = %q, %v; want %s", dir, got, err, want)
+		}
+	}
+	tmp := t.TempDir()
+	if _, err := CgroupRoot(tmp); err == nil || !strings.Contains(err.Error(), tmp) {
+		t.Errorf("CgroupRoot(%s): err %v, want one naming it", tmp, err)
 	}
 }
