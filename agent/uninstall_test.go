@@ -152,8 +152,8 @@ func (b bystanders) check(t *testing.T, n *node) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(netnsLinks(t, n.ns.path), info.ID) {
-		t.Error("uninstall detached a bystander's sk_lookup link")
+	if got := netnsLinks(t, n.ns.path); !slices.Equal(got, []link.ID{info.ID}) {
+		t.Errorf("links in the namespace after uninstall: %v, want only the bystander's %d", got, info.ID)
 	}
 	if _, err := os.Stat(b.pin); err != nil {
 		t.Errorf("uninstall removed a bystander's pin: %v", err)

@@ -33,11 +33,17 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	}
 	var objs []*unstructured.Unstructured
 	for _, r := range rm.Resources() {
-		m, err := r.Map()
+		// Through JSON: kustomize's maps hold int, which unstructured
+		// cannot deep-copy.
+		data, err := r.MarshalJSON()
 		if err != nil {
 			t.Fatal(err)
 		}
-		objs = append(objs, &unstructured.Unstructured{Object: m})
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(data); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, u)
 	}
 	return objs
 }
@@ -190,17 +196,21 @@ func TestDeployRBAC(t *testing.T) {
 			_, err := c.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"})
 			return err
 		},
-		"watch endpointslices in default": func() error { return watchOnce(c.DiscoveryV1().EndpointSlices("default").Watch(ctx, metav1.ListOptions{})) },
+		"watch endpointslices in default": func() error {
+			return watchOnce(c.DiscoveryV1().EndpointSlices("default").Watch(ctx, metav1.ListOptions{}))
+		},
 		"list leases in kube-system": func() error {
 			_, err := c.CoordinationV1().Leases("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "apiserver.kubernetes.io/identity=kube-apiserver"})
 			return err
 		},
-		"watch leases in kube-system": func() error { return watchOnce(c.CoordinationV1().Leases("kube-system").Watch(ctx, metav1.ListOptions{})) },
+		"watch leases in kube-system": func() error {
+			return watchOnce(c.CoordinationV1().Leases("kube-system").Watch(ctx, metav1.ListOptions{}))
+		},
 		"get the requestheader configmap": func() error {
 			_, err := c.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
 			return err
 		},
-		"list it by name": func() error { _, err := c.CoreV1().ConfigMaps("kube-system").List(ctx, byName); return err },
+		"list it by name":  func() error { _, err := c.CoreV1().ConfigMaps("kube-system").List(ctx, byName); return err },
 		"watch it by name": func() error { return watchOnce(c.CoreV1().ConfigMaps("kube-system").Watch(ctx, byName)) },
 	}
 	forbidden := map[string]func() error{
@@ -212,9 +222,18 @@ func TestDeployRBAC(t *testing.T) {
 			_, err := c.CoreV1().ConfigMaps("kube-system").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
 			return err
 		},
-		"list leases in default":  func() error { _, err := c.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{}); return err },
-		"list secrets":            func() error { _, err := c.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); return err },
-		"delete an endpointslice": func() error { return c.DiscoveryV1().EndpointSlices("default").Delete(ctx, "kubernetes", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}) },
+		"get an endpointslice": func() error {
+			_, err := c.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+			return err
+		},
+		"list leases in default": func() error {
+			_, err := c.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"list secrets": func() error { _, err := c.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); return err },
+		"delete an endpointslice": func() error {
+			return c.DiscoveryV1().EndpointSlices("default").Delete(ctx, "kubernetes", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		},
 	}
 	for what, do := range allowed {
 		if err := do(); err != nil {
