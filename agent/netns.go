@@ -34,8 +34,12 @@ func netnsCookie(path string) (uint64, error) {
 		cookie, err = unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
 		return err
 	}
+	// This thread's namespace, not /proc/self's: the main thread may be
+	// locked into another namespace by a goroutine.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	var err error
-	if sameNetNS(path, DefaultNetNS) {
+	if sameNetNS(path, "/proc/thread-self/ns/net") {
 		err = read()
 	} else {
 		err = inNetNS(path, read)
