@@ -112,8 +112,25 @@ func TestDeployDryRun(t *testing.T) {
 					t.Errorf("%s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 				}
 			}
+			// The check has teeth: a misspelt field is refused.
+			bad := daemonSet(t, objs).DeepCopy()
+			unstructured.SetNestedField(bad.Object, "x", "spec", "template", "spec", "hostNetwrok")
+			if err := dryRunCreate(context.Background(), cfg, mapper, bad); err == nil || !strings.Contains(err.Error(), "hostNetwrok") {
+				t.Errorf("a DaemonSet with a misspelt field: %v, want it refused", err)
+			}
 		})
 	}
+}
+
+func daemonSet(t *testing.T, objs []*unstructured.Unstructured) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == "DaemonSet" {
+			return o
+		}
+	}
+	t.Fatal("no DaemonSet rendered")
+	return nil
 }
 
 // TestDeployMonitoringOverlay: the overlay renders the base plus the
