@@ -44,9 +44,13 @@ func TestLayoutReplaced(t *testing.T) {
 		on       bool
 		wantWho  string
 		wantKill string
+		// connstatFirst replaces the pins in StartConnStat, as `skewgate
+		// run` does (connstat starts before steering).
+		connstatFirst bool
 	}{
-		{"kill switch on", true, "proxy", "killSwitch=on"},
-		{"kill switch off", false, "origin", "killSwitch=\"off, kept\""},
+		{"kill switch on", true, "proxy", "killSwitch=on", false},
+		{"kill switch off", false, "origin", "killSwitch=\"off, kept\"", false},
+		{"kill switch off, connstat first", false, "origin", "killSwitch=\"off, kept\"", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t)
@@ -71,8 +75,12 @@ func TestLayoutReplaced(t *testing.T) {
 			}
 
 			var logs bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			if tc.connstatFirst {
+				startConnStat(t, ConnStatConfig{PinPath: n.pins, NetNSPath: n.ns.path, ProxyPort: 16443, Log: log})
+			}
 			cfg := n.steeringConfig()
-			cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
+			cfg.Log = log
 			s := startSteering(t, cfg, ln)
 			if tc.on {
 				waitState(t, s, StateSteering)
