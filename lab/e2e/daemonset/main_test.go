@@ -5,24 +5,77 @@ package daemonset
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/skewgate/skewgate/deploy/image"
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/lab/labtest"
 )
 
 var (
 	plane *lab.Plane
-	// labDir holds what this package builds (images, kustomize overlays).
-	labDir string
+	// skewgateBin is the host's skewgate (steer, uninstall).
+	skewgateBin string
+	// kubectl is the lab's kubectl, built like the apiservers.
+	kubectl string
+	// images are two builds of skewgate, by version: the rollout goes
+	// from the first to the second.
+	images = []string{"v0.0.1-e2e.1", "v0.0.1-e2e.2"}
 )
 
 func TestMain(m *testing.M) {
 	spec := lab.DefaultSpec()
 	spec.Kubelet = true
-	os.Exit(labtest.Main(m, "daemonset", spec, func(ctx context.Context, env *labtest.Env) error {
-		plane, labDir = env.Plane, env.Plane.Dir
-		return nil
-	}))
+	os.Exit(labtest.Main(m, "daemonset", spec, setup))
+}
+
+// setup builds skewgate's image twice (two version labels) and imports
+// both into every node's containerd.
+func setup(ctx context.Context, env *labtest.Env) error {
+	plane, skewgateBin = env.Plane, env.Skewgate
+	var versions []string
+	for _, n := range plane.Spec.Nodes {
+		versions = append(versions, n.Version)
+	}
+	kb, err := lab.EnsureKubeletBinaries(ctx, lab.DefaultCacheDir(), versions, os.Stderr)
+	if err != nil {
+		return err
+	}
+	kubectl = kb.Kubectl
+	for _, v := range images {
+		t0 := time.Now()
+		archive, sum, err := buildImage(ctx, v)
+		if err != nil {
+			return err
+		}
+		if err := plane.ImportImage(ctx, archive); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "daemonset: image skewgate:%s: %s; built and imported in %s\n", v, sum, time.Since(t0).Round(100*time.Millisecond))
+	}
+	return nil
+}
+
+func buildImage(ctx context.Context, version string) (string, image.Summary, error) {
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		return "", image.Summary{}, err
+	}
+	dir := filepath.Join(plane.Dir, "images")
+	b := image.GoBinary{
+		Dir: root, Package: "./cmd/skewgate", Out: filepath.Join(dir, "skewgate-"+version),
+		LDFlags: "-s -w -X main.version=" + version,
+	}
+	s := image.Spec{Entrypoint: "/skewgate", Version: version, Revision: "e2e", Created: time.Unix(0, 0).UTC()}
+	out := filepath.Join(dir, "skewgate-"+version+".tar")
+	img, err := image.Archive(ctx, b, s, "skewgate:"+version, out)
+	if err != nil {
+		return "", image.Summary{}, err
+	}
+	sum, err := image.Summarize(img, out)
+	return out, sum, err
 }
