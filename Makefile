@@ -14,7 +14,7 @@ COMMIT     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILD_DATE ?= $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
 LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: all build test lab-build lab-up lab-down demo bench fmt vet fuzz soak upgrade-drill image
+.PHONY: all build test lab-build lab-up lab-down demo bench fmt vet fuzz soak upgrade-drill image lab-deploy kubelet-packages
 
 all: build
 
@@ -47,10 +47,22 @@ LAB_SKEWGATE := $(if $(filter on,$(SKEWGATE)),--skewgate $(BIN)/skewgate,)
 # image (make image) imported: then `kubectl apply -k deploy/kubernetes`.
 KUBELET   ?= off
 LAB_KUBELET := $(if $(filter on,$(KUBELET)),--kubelet --image $(BIN)/skewgate-image.tar,)
-LAB_UP_DEPS := lab-build $(if $(filter on,$(KUBELET)),image,)
+LAB_UP_DEPS := lab-build $(if $(filter on,$(KUBELET)),image kubelet-packages,)
 
 lab-up: $(LAB_UP_DEPS)
 	$(BIN)/skewlab up --dir $(LAB_DIR) --nodes $(NODES) $(LAB_SKEWGATE) $(LAB_KUBELET)
+
+# skewgate's DaemonSet (deploy/kubernetes, the tag of `make image`) on a
+# KUBELET=on lab.
+lab-deploy: build
+	$(BIN)/skewlab deploy --dir $(LAB_DIR) --tag $(VERSION)
+
+# What the kubelet mode runs from Debian: containerd, runc, the CNI
+# loopback plugin.
+kubelet-packages:
+	@if ! command -v containerd >/dev/null || ! command -v runc >/dev/null || ! test -x /usr/lib/cni/loopback; then \
+		apt-get update && apt-get install -y --no-install-recommends containerd runc containernetworking-plugins; \
+	fi
 
 lab-down: build
 	$(BIN)/skewlab down --dir $(LAB_DIR)

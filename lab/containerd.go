@@ -47,3 +47,16 @@ func (p *Plane) ImportImage(ctx context.Context, archive string) error {
 	}
 	return nil
 }
+
+// requireRuntime checks for what the kubelet mode runs from Debian.
+func requireRuntime() error {
+	for _, c := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr"} {
+		if _, err := exec.LookPath(c); err != nil {
+			return fmt.Errorf("the kubelet mode needs %s: apt-get install containerd runc containernetworking-plugins (make kubelet-packages)", c)
+		}
+	}
+	if _, err := exec.LookPath(filepath.Join(cniBinDir, "loopback")); err != nil {
+		return fmt.Errorf("the kubelet mode needs the CNI loopback plugin in %s: apt-get install containernetworking-plugins", cniBinDir)
+	}
+	return nil
+}

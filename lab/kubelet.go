@@ -26,6 +26,9 @@ const ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
 // every node is Ready and labelled as a control-plane node.
 func (p *Plane) startKubelets(ctx context.Context, timeout time.Duration) error {
 	start := time.Now()
+	if err := requireRuntime(); err != nil {
+		return err
+	}
 	var versions []string
 	for _, n := range p.Spec.Nodes {
 		versions = append(versions, n.Version)

@@ -246,7 +246,7 @@ func down(dir string, keepLogs bool) error {
 // removeFiles deletes what Up wrote into dir (but the logs, if asked), and
 // dir itself if it is then empty; anything else a user put there stays.
 func removeFiles(dir string, keepLogs bool) error {
-	names := []string{"pki", "etcd", "kubeconfig", "env", "state.json", skewgateStateDir, "nodes", "images"}
+	names := []string{"pki", "etcd", "kubeconfig", "env", "state.json", skewgateStateDir, "nodes", "images", "overlay"}
 	if !keepLogs {
 		names = append(names, "logs")
 	}
@@ -285,7 +285,7 @@ func Open(ctx context.Context, dir, cacheDir string) (*Plane, error) {
 		return nil, err
 	}
 	return &Plane{
-		Dir: dir, Spec: st.Spec, Bins: bins, State: st, out: io.Discard,
+		Dir: dir, Spec: st.Spec, Bins: bins, State: st, out: io.Discard, cache: cacheDir,
 		PKI: NewPKIPaths(filepath.Join(dir, "pki"), st.Spec.Nodes),
 	}, nil
 }

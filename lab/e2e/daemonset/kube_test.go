@@ -3,9 +3,6 @@ package daemonset
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,37 +11,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/skewgate/skewgate/lab"
 )
 
 const dsName, dsNamespace = "skewgate", "kube-system"
 
-// applyBase runs `kubectl apply -k` on an overlay of deploy/kubernetes
-// that only sets the image tag, as an operator's would.
+// applyBase applies deploy/kubernetes with the image tag set.
 func applyBase(t *testing.T, tag string) {
 	t.Helper()
-	base, err := filepath.Abs("../../../deploy/kubernetes")
+	out, err := plane.ApplyKustomize(context.Background(), "../../../deploy/kubernetes", "skewgate", tag)
 	if err != nil {
 		t.Fatal(err)
-	}
-	dir := filepath.Join(plane.Dir, "overlay")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// kustomize takes no absolute root: the base relative to the overlay.
-	rel, err := filepath.Rel(dir, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\nimages:\n  - name: skewgate\n    newTag: %s\n", rel, tag)
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	n := plane.Spec.Nodes[len(plane.Spec.Nodes)-1]
-	out, err := exec.Command(kubectl, "--kubeconfig", lab.KubeconfigPath(plane.Dir, n.Name), "apply", "-k", dir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl apply -k: %v\n%s", err, out)
 	}
 	t.Logf("kubectl apply -k:\n%s", out)
 }

@@ -20,8 +20,6 @@ var (
 	plane *lab.Plane
 	// skewgateBin is the host's skewgate (steer, uninstall).
 	skewgateBin string
-	// kubectl is the lab's kubectl, built like the apiservers.
-	kubectl string
 	// images are two builds of skewgate, by version: the rollout goes
 	// from the first to the second.
 	images = []string{"v0.0.1-e2e.1", "v0.0.1-e2e.2"}
@@ -37,15 +35,6 @@ func TestMain(m *testing.M) {
 // both into every node's containerd.
 func setup(ctx context.Context, env *labtest.Env) error {
 	plane, skewgateBin = env.Plane, env.Skewgate
-	var versions []string
-	for _, n := range plane.Spec.Nodes {
-		versions = append(versions, n.Version)
-	}
-	kb, err := lab.EnsureKubeletBinaries(ctx, lab.DefaultCacheDir(), versions, os.Stderr)
-	if err != nil {
-		return err
-	}
-	kubectl = kb.Kubectl
 	for _, v := range images {
 		t0 := time.Now()
 		archive, sum, err := buildImage(ctx, v)
