@@ -14,7 +14,7 @@ COMMIT     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILD_DATE ?= $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
 LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: all build test lab-build lab-up lab-down demo bench bench-micro fmt vet fuzz soak upgrade-drill
+.PHONY: all build test lab-build lab-up lab-down demo bench bench-micro fmt vet fuzz soak upgrade-drill image lab-deploy kubelet-packages
 
 all: build
 
@@ -22,10 +22,17 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/skewgate ./cmd/skewgate
 	$(GO) build -o $(BIN)/skewlab ./cmd/skewlab
 
+# skewgate's OCI image archive, skewgate:$(VERSION): a static binary on no
+# base, built without a container daemon; the same commit gives the same
+# digest. Import with `ctr -n k8s.io images import bin/skewgate-image.tar`.
+image: build
+	$(BIN)/skewlab image --version $(VERSION) --revision $(COMMIT) --created $(BUILD_DATE) \
+		--ldflags '-s -w $(LDFLAGS)' --out $(BIN)/skewgate-image.tar
+
 # The lab's kube-apiservers are built first, on their own, so their
 # minutes-long first build shows its progress instead of hiding in go test.
 lab-build: build
-	$(BIN)/skewlab build
+	$(BIN)/skewlab build $(if $(filter on,$(KUBELET)),--kubelet,)
 
 test: vet lab-build
 	$(GOTEST) ./...
@@ -35,9 +42,27 @@ vet:
 
 # SKEWGATE=on runs skewgate on every node, steering the node's IP:6443.
 LAB_SKEWGATE := $(if $(filter on,$(SKEWGATE)),--skewgate $(BIN)/skewgate,)
+# KUBELET=on runs containerd and a kubelet on every node (control-plane
+# role and taint), a controller-manager and a scheduler, with skewgate's
+# image (make image) imported: then `kubectl apply -k deploy/kubernetes`.
+KUBELET   ?= off
+LAB_KUBELET := $(if $(filter on,$(KUBELET)),--kubelet --image $(BIN)/skewgate-image.tar,)
+LAB_UP_DEPS := lab-build $(if $(filter on,$(KUBELET)),image kubelet-packages,)
 
-lab-up: lab-build
-	$(BIN)/skewlab up --dir $(LAB_DIR) --nodes $(NODES) $(LAB_SKEWGATE)
+lab-up: $(LAB_UP_DEPS)
+	$(BIN)/skewlab up --dir $(LAB_DIR) --nodes $(NODES) $(LAB_SKEWGATE) $(LAB_KUBELET)
+
+# skewgate's DaemonSet (deploy/kubernetes, the tag of `make image`) on a
+# KUBELET=on lab.
+lab-deploy: build
+	$(BIN)/skewlab deploy --dir $(LAB_DIR) --tag $(VERSION)
+
+# What the kubelet mode runs from Debian: containerd, runc, the CNI
+# loopback plugin.
+kubelet-packages:
+	@if ! command -v containerd >/dev/null || ! command -v runc >/dev/null || ! test -x /usr/lib/cni/loopback; then \
+		apt-get update && apt-get install -y --no-install-recommends containerd runc containernetworking-plugins; \
+	fi
 
 lab-down: build
 	$(BIN)/skewlab down --dir $(LAB_DIR)

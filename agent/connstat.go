@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -27,9 +28,10 @@ type ConnStatConfig struct {
 	// NetNSPath is the network namespace whose sockets are counted;
 	// DefaultNetNS if empty.
 	NetNSPath string
-	// CgroupPath is the cgroup v2 directory to attach to; the cgroup v2
-	// root from /proc/self/mountinfo if empty (/sys/fs/cgroup or, on hybrid
-	// hosts, /sys/fs/cgroup/unified). The root sees every socket on the host.
+	// CgroupPath is the cgroup v2 directory to attach to, resolved by
+	// CgroupRoot: the cgroup v2 root from /proc/self/mountinfo if empty
+	// (/sys/fs/cgroup or, on hybrid hosts, /sys/fs/cgroup/unified). The
+	// root sees every socket on the host.
 	CgroupPath string
 	// UpstreamPort is the apiservers' port, 6443 if zero: outgoing
 	// connections to it are proxy→local or proxy→peer hops.
@@ -49,6 +51,9 @@ type ConnStatConfig struct {
 	// the steered targets, which the proxy's own probe or a node-local
 	// client dials and which connstat counts on the accepting side.
 	Clients []netip.Prefix
+	// Log receives what is worth an operator's attention once, such as
+	// pins of another layout replaced (nil: discarded).
+	Log *slog.Logger
 }
 
 func (c *ConnStatConfig) setDefaults() error {
@@ -60,6 +65,9 @@ func (c *ConnStatConfig) setDefaults() error {
 	}
 	if c.UpstreamPort == 0 {
 		c.UpstreamPort = 6443
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
 	}
 	if len(c.Local) == 0 {
 		c.Local = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
@@ -106,16 +114,14 @@ func (c *ConnStat) install() error {
 	if err := ensurePinDir(c.cfg.PinPath); err != nil {
 		return classify(err)
 	}
-	if err := checkLayout(c.cfg.PinPath); err != nil {
+	if err := checkLayout(c.cfg.PinPath, c.cfg.Log); err != nil {
 		return classify(err)
 	}
-	if c.cfg.CgroupPath == "" {
-		p, err := cgroup2Root()
-		if err != nil {
-			return classify(err)
-		}
-		c.cfg.CgroupPath = p
+	p, err := CgroupRoot(c.cfg.CgroupPath)
+	if err != nil {
+		return classify(err)
 	}
+	c.cfg.CgroupPath = p
 	spec, err := connstat.LoadConnstat()
 	if err != nil {
 		return err
@@ -192,6 +198,24 @@ func (c *ConnStat) attach() (link.Link, error) {
 			Program: c.objs.Connstat,
 		})
 	})
+}
+
+// CgroupRoot resolves the cgroup connstat attaches to: dir itself when it
+// is a cgroup v2 mount, dir/unified when dir is a cgroup v1 hybrid host's
+// /sys/fs/cgroup (a pod mounts the host's /sys/fs/cgroup, whichever layout
+// the host has), and this mount namespace's cgroup2 mount when dir is
+// empty. Anything else is an error naming dir.
+func CgroupRoot(dir string) (string, error) {
+	if dir == "" {
+		return cgroup2Root()
+	}
+	for _, p := range []string{dir, filepath.Join(dir, "unified")} {
+		var st unix.Statfs_t
+		if err := unix.Statfs(p, &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("cgroup root %s: neither it nor %s/unified is a cgroup v2 mount", dir, dir)
 }
 
 // cgroup2Root finds the cgroup v2 mount of this mount namespace.

@@ -24,6 +24,9 @@ type NodeConfig struct {
 	Address string
 	// PinPath is the bpffs directory of every pin.
 	PinPath string
+	// CgroupRoot is where connstat attaches (see CgroupRoot); empty: this
+	// mount namespace's cgroup2 mount, which in a pod is the pod's own.
+	CgroupRoot string
 	// Exempt are sources (addresses or CIDRs) never steered.
 	Exempt []string
 	// ExemptPeers exempts every peer apiserver's address (PeerAddrs) too.
@@ -79,8 +82,8 @@ func Listen(addr string, cfg NodeConfig, reg prometheus.Registerer) (*Node, erro
 	}
 	n.reason = "waiting until skewgate is ready"
 	cs, err := StartConnStat(ConnStatConfig{
-		PinPath: cfg.PinPath, ProxyPort: uint16(ln.Addr().(*net.TCPAddr).Port), UpstreamPort: n.target.Port(), ProxyTGID: OwnTGID(),
-		Clients: []netip.Prefix{netip.PrefixFrom(n.target.Addr(), n.target.Addr().BitLen())},
+		PinPath: cfg.PinPath, CgroupPath: cfg.CgroupRoot, ProxyPort: uint16(ln.Addr().(*net.TCPAddr).Port), UpstreamPort: n.target.Port(), ProxyTGID: OwnTGID(),
+		Clients: []netip.Prefix{netip.PrefixFrom(n.target.Addr(), n.target.Addr().BitLen())}, Log: cfg.Log,
 	})
 	if err != nil {
 		ln.Close()

@@ -1,13 +1,17 @@
 package agent
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/skewgate/skewgate/bpf/steer"
 )
 
 // LayoutVersion is the version of the pinned map layout this build reads and
@@ -32,29 +36,104 @@ var layoutSpec = ebpf.MapSpec{
 	MaxEntries: 1,
 }
 
-// checkLayout records LayoutVersion in a fresh pin path and refuses one
-// holding another version. Pins of another version are not migrated: they
-// hold no state worth keeping beyond the kill switch, so the operator
-// removes them (RemovePins, or rm -r the pin path) and the agent
-// starts fresh. Until then steering stays disabled and connections reach the
-// apiserver.
-func checkLayout(pinPath string) error {
+// checkLayout records LayoutVersion in a fresh pin path. Pins of another
+// layout version, left by an upgrade or a rollback that changed a map, are
+// replaced: uninstalled (links detached, so new connections reach the
+// apiserver meanwhile: fail open) and started afresh by the caller. They
+// hold no state worth keeping but the operator's kill switch, which is
+// carried over when it can be read (see killSwitchOff). The replacement is
+// logged once, at Info, with both versions.
+func checkLayout(pinPath string, log *slog.Logger) error {
 	path := filepath.Join(pinPath, pinLayout)
-	m, err := ebpf.LoadPinnedMap(path, nil)
-	if errors.Is(err, os.ErrNotExist) {
+	version, err := readLayout(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		return writeLayout(path)
+	case err != nil:
+		return err
+	case version == LayoutVersion:
+		return nil
 	}
+	return replaceLayout(pinPath, version, log)
+}
+
+func readLayout(path string) (uint32, error) {
+	m, err := ebpf.LoadPinnedMap(path, nil)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", path, err)
+		return 0, fmt.Errorf("open %s: %w", path, err)
 	}
 	defer m.Close()
 	var version uint32
 	if err := m.Lookup(uint32(0), &version); err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
+		return 0, fmt.Errorf("read %s: %w", path, err)
 	}
-	if version != LayoutVersion {
-		return fmt.Errorf("%w: %s has layout %d, this build uses %d; remove the pins to reinstall",
-			ErrLayout, pinPath, version, LayoutVersion)
+	return version, nil
+}
+
+func replaceLayout(pinPath string, old uint32, log *slog.Logger) error {
+	off, err := killSwitchOff(pinPath)
+	killSwitch := "on"
+	switch {
+	case err != nil:
+		killSwitch = fmt.Sprintf("unreadable (%v): starts on", err)
+	case off:
+		killSwitch = "off, kept"
+	}
+	if _, err := Uninstall(pinPath); err != nil {
+		return fmt.Errorf("%w: remove pins of layout %d at %s: %w", ErrLayout, old, pinPath, err)
+	}
+	log.Info("pins of another layout version removed; installing afresh, new connections reach the apiserver meanwhile",
+		"pins", pinPath, "from", old, "to", LayoutVersion, "killSwitch", killSwitch)
+	if err := ensurePinDir(pinPath); err != nil {
+		return err
+	}
+	if err := writeLayout(filepath.Join(pinPath, pinLayout)); err != nil {
+		return err
+	}
+	if off {
+		return pinKillSwitchOff(pinPath)
+	}
+	return nil
+}
+
+// killSwitchOff reads the kill switch from pins of any layout version:
+// enabled is the first field of steer_config in every layout (a layout
+// change must keep it there). No steer_config (connstat only) is not off.
+func killSwitchOff(pinPath string) (bool, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinPath, steer.SteerMapSteerConfig), &ebpf.LoadPinOptions{ReadOnly: true})
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer m.Close()
+	value := make([]byte, m.ValueSize())
+	if len(value) < 4 {
+		return false, fmt.Errorf("steer_config value of %d bytes", len(value))
+	}
+	if err := m.Lookup(uint32(0), value); err != nil {
+		return false, err
+	}
+	return binary.NativeEndian.Uint32(value[offEnabled:]) == 0, nil
+}
+
+// pinKillSwitchOff creates this layout's steer_config with the kill switch
+// off, so StartSteering finds it and keeps it off.
+func pinKillSwitchOff(pinPath string) error {
+	spec, err := steer.LoadSteer()
+	if err != nil {
+		return err
+	}
+	ms := spec.Maps[steer.SteerMapSteerConfig].Copy()
+	ms.Pinning = ebpf.PinByName
+	m, err := ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: pinPath})
+	if err != nil {
+		return classify(fmt.Errorf("create steer_config: %w", err))
+	}
+	defer m.Close()
+	if err := m.Put(uint32(0), steer.SteerConfig{Enabled: 0}); err != nil {
+		return fmt.Errorf("write steer_config: %w", err)
 	}
 	return nil
 }
@@ -122,25 +201,12 @@ func updateOrAttach(pinPath string, prog *ebpf.Program, want func(*link.Info) bo
 	return l, nil
 }
 
-// RemovePins detaches steering and connstat and removes every pin under
-// pinPath, then the directory. Connections already assigned stay up; new
-// ones reach the apiserver's own socket. Missing pins are not an error.
+// RemovePins is Uninstall without its report: it detaches steering and
+// connstat and removes every pin under pinPath, then the directory. A
+// missing pinPath is not an error.
 func RemovePins(pinPath string) error {
-	entries, err := os.ReadDir(pinPath)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	if _, err := Uninstall(pinPath); err != nil && !errors.Is(err, ErrNotInstalled) {
+		return err
 	}
-	if err != nil {
-		return fmt.Errorf("read pin path: %w", err)
-	}
-	var errs []error
-	for _, e := range entries {
-		if err := os.Remove(filepath.Join(pinPath, e.Name())); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := os.Remove(pinPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return nil
 }

@@ -16,13 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("SGT_CHILD") == "steer" {
-		if err := runSteerChild(); err != nil {
+	children := map[string]func() error{"steer": runSteerChild, "agent": runAgentChild}
+	if run, ok := children[os.Getenv("SGT_CHILD")]; ok {
+		if err := run(); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
 			os.Exit(1)
 		}
@@ -232,33 +232,6 @@ func TestSteeringDisabled(t *testing.T) {
 		st := s.Status()
 		if st.State != StateDisabled || !strings.Contains(st.String(), "steering disabled: ") || !strings.Contains(st.String(), "bpffs") {
 			t.Fatalf("status %q", st)
-		}
-	})
-	t.Run("layout", func(t *testing.T) {
-		if err := ensurePinDir(n.pins); err != nil {
-			t.Fatal(err)
-		}
-		m, err := ebpf.NewMap(&layoutSpec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
-		if err := m.Put(uint32(0), uint32(LayoutVersion+1)); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Pin(filepath.Join(n.pins, pinLayout)); err != nil {
-			t.Fatal(err)
-		}
-		s, err := StartSteering(context.Background(), n.steeringConfig(), ln)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		if st := s.Status(); st.State != StateDisabled || !errors.Is(st.Err, ErrLayout) {
-			t.Fatalf("status %q, want disabled by ErrLayout", st)
-		}
-		if got := n.dial.who(t, targetAddr); got != "origin" {
-			t.Fatalf("%s answered with steering disabled", got)
 		}
 	})
 }

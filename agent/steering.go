@@ -114,9 +114,10 @@ type Steering struct {
 //
 // It returns an error only for an invalid cfg or a nil listener. When this
 // machine cannot steer (no privileges, a kernel without sk_lookup, a bpffs
-// that cannot be mounted, pins of another layout version), it returns a
-// Steering whose Status is disabled with the reason, and no error: the proxy
-// keeps serving clients that reach it directly.
+// that cannot be mounted, pins of another layout version that cannot be
+// removed), it returns a Steering whose Status is disabled with the reason,
+// and no error: the proxy keeps serving clients that reach it directly.
+// Pins of another layout version are replaced (see checkLayout).
 //
 // A pin path used before is re-opened: its maps keep their contents (and so
 // the operator's kill switch), and the pinned link is updated in place with
@@ -148,7 +149,7 @@ func (s *Steering) install(ln *net.TCPListener) error {
 	if err := ensurePinDir(s.cfg.PinPath); err != nil {
 		return classify(err)
 	}
-	if err := checkLayout(s.cfg.PinPath); err != nil {
+	if err := checkLayout(s.cfg.PinPath, s.cfg.Log); err != nil {
 		return classify(err)
 	}
 	_, statErr := os.Stat(filepath.Join(s.cfg.PinPath, pinSteerConfig))

@@ -49,6 +49,11 @@ func APIServerArgs(spec Spec, n Node, pki *PKI) []string {
 		reconciler = "none"
 	}
 	args = append(args, "--endpoint-reconciler-type="+reconciler)
+	if spec.Kubelet {
+		// Kubelets run privileged pods only if the apiserver allows them;
+		// logs and exec reach a kubelet by its InternalIP (no DNS here).
+		args = append(args, "--allow-privileged=true", "--kubelet-preferred-address-types=InternalIP")
+	}
 	gates := []string{fmt.Sprintf("UnknownVersionInteroperabilityProxy=%t", spec.InTreeProxy)}
 	if n.Minor() >= newAPIsMinor {
 		gates = append(gates, "GenericWorkload=true")

@@ -60,8 +60,9 @@ type recipe struct {
 	module  string // module to require
 	pkg     string // package to build
 	ldflags string
-	// wantVersion is a substring of `<bin> --version` output.
+	// wantVersion is a substring of `<bin> <versionArgs>` output.
 	wantVersion string
+	versionArgs []string // default --version
 	// replaces returns go.mod replace lines once the module is downloaded.
 	replaces func(ctx context.Context, dir string) ([]string, error)
 }
@@ -74,17 +75,28 @@ func etcdRecipe(v string) recipe {
 	}
 }
 
-func apiserverRecipe(v string) recipe {
+func apiserverRecipe(v string) recipe { return kubernetesRecipe("kube-apiserver", v) }
+
+// kubernetesRecipe builds k8s.io/kubernetes/cmd/<name> at version v
+// (kube-apiserver, kubelet, kube-controller-manager, kube-scheduler,
+// kubectl), stamped with v as a release build would be.
+func kubernetesRecipe(name, v string) recipe {
 	minor := strings.TrimPrefix(v, "v1.")
-	return recipe{
-		name: "kube-apiserver", version: v,
-		module: "k8s.io/kubernetes", pkg: "k8s.io/kubernetes/cmd/kube-apiserver",
+	r := recipe{
+		name: name, version: v,
+		module: "k8s.io/kubernetes", pkg: "k8s.io/kubernetes/cmd/" + name,
 		ldflags: fmt.Sprintf("-s -w -X k8s.io/component-base/version.gitVersion=%s"+
 			" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=%s",
 			v, strings.Split(minor, ".")[0]),
 		wantVersion: "Kubernetes " + v,
 		replaces:    stagingReplaces("v0." + minor),
 	}
+	if name == "kubectl" {
+		// kubectl has no --version flag and prints its own wording.
+		r.versionArgs = []string{"version", "--client"}
+		r.wantVersion = "Client Version: " + v
+	}
+	return r
 }
 
 // stagingReplaces pins every staging module k8s.io/kubernetes replaces with
@@ -123,7 +135,7 @@ func parseStagingReplaces(gomod, stagingVersion string) []string {
 // reports another version.
 func ensure(ctx context.Context, cacheDir string, r recipe, out io.Writer) (string, error) {
 	bin := filepath.Join(cacheDir, "bin", r.name+"-"+r.version)
-	if reportsVersion(ctx, bin, r.wantVersion) {
+	if reportsVersion(ctx, bin, r) {
 		return bin, nil
 	}
 	fmt.Fprintf(out, "lab: building %s %s from the Go module proxy (first time: minutes)\n", r.name, r.version)
@@ -131,18 +143,22 @@ func ensure(ctx context.Context, cacheDir string, r recipe, out io.Writer) (stri
 	if err := build(ctx, cacheDir, r, bin, out); err != nil {
 		return "", fmt.Errorf("build %s %s: %w", r.name, r.version, err)
 	}
-	if !reportsVersion(ctx, bin, r.wantVersion) {
+	if !reportsVersion(ctx, bin, r) {
 		return "", fmt.Errorf("built %s does not report %q", bin, r.wantVersion)
 	}
 	fmt.Fprintf(out, "lab: built %s %s in %s\n", r.name, r.version, time.Since(start).Round(time.Second))
 	return bin, nil
 }
 
-func reportsVersion(ctx context.Context, bin, want string) bool {
+func reportsVersion(ctx context.Context, bin string, r recipe) bool {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	got, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
-	return err == nil && strings.Contains(string(got), want)
+	args := r.versionArgs
+	if args == nil {
+		args = []string{"--version"}
+	}
+	got, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	return err == nil && strings.Contains(string(got), r.wantVersion)
 }
 
 func build(ctx context.Context, cacheDir string, r recipe, bin string, out io.Writer) error {

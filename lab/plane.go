@@ -36,6 +36,7 @@ type Plane struct {
 	Bins  Binaries
 	State *State
 	out   io.Writer
+	cache string // CacheDir
 }
 
 // stopGrace is how long a process gets to exit after SIGTERM.
@@ -63,7 +64,7 @@ func Up(ctx context.Context, o Options) (*Plane, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Plane{Dir: o.Dir, Spec: o.Spec, Bins: bins, out: o.Progress}
+	p := &Plane{Dir: o.Dir, Spec: o.Spec, Bins: bins, out: o.Progress, cache: o.CacheDir}
 	if err := p.up(ctx, o.ReadyTimeout, o.Skewgate); err != nil {
 		if derr := down(o.Dir, true); derr != nil {
 			return nil, errors.Join(err, fmt.Errorf("tear down after failure: %w", derr))
@@ -102,6 +103,11 @@ func (p *Plane) up(ctx context.Context, readyTimeout time.Duration, skewgate str
 	}
 	for _, n := range p.Spec.Nodes {
 		if err := p.addNode(ctx, n, readyTimeout); err != nil {
+			return err
+		}
+	}
+	if p.Spec.Kubelet {
+		if err := p.startKubelets(ctx, readyTimeout); err != nil {
 			return err
 		}
 	}
@@ -207,9 +213,11 @@ func down(dir string, keepLogs bool) error {
 	if err != nil {
 		return err
 	}
-	// Everything at once but etcd, which goes last so no apiserver logs a
-	// storm of etcd errors while it shuts down.
-	errs := stopAll(st.Procs, func(p Proc) bool { return p.Name != "etcd" })
+	// The kubelets and their pods first, then everything at once but
+	// etcd, which goes last so no apiserver logs a storm of etcd errors
+	// while it shuts down.
+	errs := stopKubeletMode(st)
+	errs = append(errs, stopAll(st.Procs, func(p Proc) bool { return p.Name != "etcd" })...)
 	errs = append(errs, stopAll(st.Procs, func(p Proc) bool { return p.Name == "etcd" })...)
 	for _, name := range st.NetNS {
 		if err := deleteNodeNetwork(name); err != nil {
@@ -228,6 +236,7 @@ func down(dir string, keepLogs bool) error {
 			errs = append(errs, fmt.Errorf("remove pins %s: %w", dir, err))
 		}
 	}
+	errs = append(errs, cleanKubeletHost(st.Kubelet)...)
 	if err := errors.Join(errs...); err != nil {
 		return err // keep the state so a second Down can finish the job
 	}
@@ -237,7 +246,7 @@ func down(dir string, keepLogs bool) error {
 // removeFiles deletes what Up wrote into dir (but the logs, if asked), and
 // dir itself if it is then empty; anything else a user put there stays.
 func removeFiles(dir string, keepLogs bool) error {
-	names := []string{"pki", "etcd", "kubeconfig", "env", "state.json", skewgateStateDir}
+	names := []string{"pki", "etcd", "kubeconfig", "env", "state.json", skewgateStateDir, "nodes", "images", "overlay"}
 	if !keepLogs {
 		names = append(names, "logs")
 	}
@@ -276,7 +285,7 @@ func Open(ctx context.Context, dir, cacheDir string) (*Plane, error) {
 		return nil, err
 	}
 	return &Plane{
-		Dir: dir, Spec: st.Spec, Bins: bins, State: st, out: io.Discard,
+		Dir: dir, Spec: st.Spec, Bins: bins, State: st, out: io.Discard, cache: cacheDir,
 		PKI: NewPKIPaths(filepath.Join(dir, "pki"), st.Spec.Nodes),
 	}, nil
 }

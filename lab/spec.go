@@ -55,6 +55,11 @@ type Spec struct {
 	// as installations behind their own load balancer do: default/kubernetes
 	// then lists no apiserver, and peers are found elsewhere.
 	NoEndpoints bool
+	// Kubelet runs, on every node, containerd and a kubelet (the node's
+	// version) registered as a control-plane node, and once per plane
+	// kube-controller-manager and kube-scheduler: DaemonSets run as on a
+	// kubeadm cluster.
+	Kubelet bool
 }
 
 // DefaultSpec is node-a on the old version and node-b on the new one.

@@ -19,7 +19,9 @@ type State struct {
 	Procs  []Proc   `json:"procs"`
 	// Pins are bpffs directories of skewgates started with steering.
 	Pins []string `json:"pins,omitempty"`
-	path string
+	// Kubelet is what the kubelet mode changed on the host.
+	Kubelet *KubeletState `json:"kubelet,omitempty"`
+	path    string
 }
 
 func statePath(dir string) string { return filepath.Join(dir, "state.json") }
@@ -56,7 +58,7 @@ func (s *State) save() error {
 
 // Empty reports whether the state holds nothing to tear down.
 func (s *State) Empty() bool {
-	return !s.Bridge && len(s.NetNS) == 0 && len(s.Procs) == 0 && len(s.Pins) == 0
+	return !s.Bridge && len(s.NetNS) == 0 && len(s.Procs) == 0 && len(s.Pins) == 0 && s.Kubelet == nil
 }
 
 // Proc returns the recorded process called name.

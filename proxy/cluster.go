@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,23 +14,55 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// clusterClient is a client for the cluster kubeconfig names (empty: the
-// in-cluster config), as userAgent.
-func clusterClient(kubeconfig, userAgent string) (kubernetes.Interface, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig: %w", err)
+// DefaultServiceAccountDir is where a pod finds its ServiceAccount's token
+// and the cluster CA (rest.InClusterConfig's files).
+const DefaultServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// clusterSource says where skewgate's cluster credentials come from, for
+// errors and logs.
+type clusterSource string
+
+// clusterConfig is how skewgate reads the cluster: cfg.Kubeconfig when set;
+// otherwise, when saDir holds a ServiceAccount's token and ca.crt (a pod),
+// that token and CA toward the local apiserver, verified by the local
+// server name. Not the kubernetes Service: a control-plane node being
+// upgraded may have no kube-proxy, and the Service's endpoints may be
+// steered back into skewgate. It returns a nil config when there is
+// neither, and an error when a file is there but unusable.
+func clusterConfig(cfg Config, local *url.URL, saDir string) (*rest.Config, clusterSource, error) {
+	if cfg.Kubeconfig != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+		if err != nil {
+			return nil, "", fmt.Errorf("--kubeconfig: %w", err)
+		}
+		return rc, clusterSource("--kubeconfig " + cfg.Kubeconfig), nil
 	}
-	cfg.UserAgent = userAgent
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig: %w", err)
+	token, ca := filepath.Join(saDir, corev1.ServiceAccountTokenKey), filepath.Join(saDir, corev1.ServiceAccountRootCAKey)
+	if _, err := os.Stat(token); errors.Is(err, os.ErrNotExist) {
+		return nil, "", nil
 	}
-	return client, nil
+	for _, f := range []string{token, ca} {
+		if _, err := os.ReadFile(f); err != nil {
+			return nil, "", fmt.Errorf("service account: %w", err)
+		}
+	}
+	// BearerTokenFile: client-go re-reads the projected token, which the
+	// kubelet rotates.
+	rc := &rest.Config{Host: local.String(), BearerTokenFile: token,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: ca, ServerName: localServerName(cfg.LocalServerName, local)}}
+	return rc, clusterSource("service account token " + token + " toward " + local.String()), nil
+}
+
+// clusterClient is a client for rc, as userAgent.
+func clusterClient(rc *rest.Config, userAgent string) (kubernetes.Interface, error) {
+	rc = rest.CopyConfig(rc)
+	rc.UserAgent = userAgent
+	return kubernetes.NewForConfig(rc)
 }
 
 // watchHeaderNames follows kube-system/extension-apiserver-authentication,

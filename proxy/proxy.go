@@ -34,9 +34,14 @@ type Config struct {
 	// "kubernetes" and no loopback address).
 	LocalServerName string
 	Peers           []string // URLs
-	// Kubeconfig finds peers in the cluster; empty: only Peers.
-	Kubeconfig      string
-	RefreshInterval time.Duration
+	// Kubeconfig finds peers in the cluster. Empty: in a pod (a
+	// ServiceAccount token in ServiceAccountDir) the ServiceAccount's
+	// token and CA toward LocalAPIServer, else only Peers.
+	Kubeconfig string
+	// ServiceAccountDir holds the ServiceAccount's token and ca.crt;
+	// empty: DefaultServiceAccountDir.
+	ServiceAccountDir string
+	RefreshInterval   time.Duration
 	// StateFile keeps every peer's last-known discovery across restarts
 	// (empty: nothing kept).
 	StateFile string
@@ -109,23 +114,26 @@ func (p *Proxy) Probe(dial, steered netip.AddrPort) func(context.Context) error 
 	return forward.ProxyProbe(dial, steered, p.trust, p.cfg.UserAgent)
 }
 
-// Start probes every member and, with a kubeconfig, follows the cluster's
+// Start probes every member and, with cluster credentials (a Kubeconfig,
+// or in a pod its ServiceAccount: see clusterConfig), follows the cluster's
 // apiservers and the identity headers they trust; it returns once both are
 // read, or why they cannot be.
 func (p *Proxy) Start(ctx context.Context) error {
 	go p.Members.Run(ctx)
-	if p.cfg.Kubeconfig == "" {
-		return nil
-	}
-	client, err := clusterClient(p.cfg.Kubeconfig, p.cfg.UserAgent)
-	if err != nil {
+	rc, source, err := clusterConfig(p.cfg, p.local, p.cfg.serviceAccountDir())
+	if err != nil || rc == nil {
 		return err
 	}
+	p.cfg.Log.Info("following the cluster's apiservers", "credentials", source)
+	client, err := clusterClient(rc, p.cfg.UserAgent)
+	if err != nil {
+		return fmt.Errorf("%s: %w", source, err)
+	}
 	if err := p.watchHeaderNames(ctx, client); err != nil {
-		return fmt.Errorf("--kubeconfig %s: %w", p.cfg.Kubeconfig, err)
+		return fmt.Errorf("%s: %w", source, err)
 	}
 	if err := p.Members.WatchClusterSynced(ctx, client, p.peers, p.cfg.Log); err != nil {
-		return fmt.Errorf("--kubeconfig %s: %w", p.cfg.Kubeconfig, err)
+		return fmt.Errorf("%s: %w", source, err)
 	}
 	return nil
 }
@@ -191,6 +199,13 @@ func (c Config) tls() (TLS, error) {
 		t.CipherSuites = suites
 	}
 	return t, nil
+}
+
+func (c Config) serviceAccountDir() string {
+	if c.ServiceAccountDir == "" {
+		return DefaultServiceAccountDir
+	}
+	return c.ServiceAccountDir
 }
 
 // localServerName is the name the local apiserver is verified by.

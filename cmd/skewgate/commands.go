@@ -16,7 +16,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate(versionText())
-	root.AddCommand(newRunCmd(), newRoutesCmd(), newExplainCmd(), newSteerCmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newRoutesCmd(), newExplainCmd(), newSteerCmd(), newUninstallCmd(), newVersionCmd())
 	strict(root)
 	return root
 }

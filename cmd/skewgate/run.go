@@ -88,7 +88,7 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.StringSliceVar(&o.proxy.RequestHeaderAllowedNames, "requestheader-allowed-names", o.proxy.RequestHeaderAllowedNames, "common names of trusted peers' front-proxy certificates (empty: any)")
 	f.StringSliceVar(&o.proxy.HeaderNames.User, "requestheader-username-headers", o.proxy.HeaderNames.User, "kube-apiserver's: the user headers skewgate sets (the first) and strips from clients (all)")
 	f.StringSliceVar(&o.proxy.HeaderNames.UID, "requestheader-uid-headers", o.proxy.HeaderNames.UID, "kube-apiserver's: the UID headers skewgate sets (the first) and strips (all)")
-	f.StringSliceVar(&o.proxy.HeaderNames.Group, "requestheader-group-headers", o.proxy.HeaderNames.Group, "kube-apiserver's: the group headers skewgate sets (the first) and strips (all); with --kubeconfig, every name in kube-system/extension-apiserver-authentication is stripped too")
+	f.StringSliceVar(&o.proxy.HeaderNames.Group, "requestheader-group-headers", o.proxy.HeaderNames.Group, "kube-apiserver's: the group headers skewgate sets (the first) and strips (all); with --kubeconfig or in a pod, every name in kube-system/extension-apiserver-authentication is stripped too")
 	f.StringSliceVar(&o.proxy.HeaderNames.ExtraPrefix, "requestheader-extra-headers-prefix", o.proxy.HeaderNames.ExtraPrefix, "kube-apiserver's: the extra header prefixes skewgate sets (the first) and strips (all)")
 	f.StringVar(&o.proxy.Certs.ProxyClientCert, "proxy-client-cert-file", "", "front-proxy client certificate presented to apiservers (required)")
 	f.StringVar(&o.proxy.Certs.ProxyClientKey, "proxy-client-key-file", "", "key of --proxy-client-cert-file (required)")
@@ -98,7 +98,7 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.StringVar(&o.proxy.LocalAPIServer, "local-apiserver", "", "URL of this node's kube-apiserver, on an address that is not steered (required)")
 	f.StringVar(&o.proxy.LocalServerName, "local-apiserver-server-name", "", "name the local apiserver's serving certificate must carry, as kubeconfig's tls-server-name (default: the URL's host, or \"kubernetes\" for a loopback address: kubeadm's apiserver.crt has no 127.0.0.1)")
 	f.StringSliceVar(&o.proxy.Peers, "peers", nil, "URLs of peer kube-apiservers, comma-separated")
-	f.StringVar(&o.proxy.Kubeconfig, "kubeconfig", "", "kubeconfig for discovering peers from the default/kubernetes EndpointSlices and apiserver identity leases (point it at the local apiserver)")
+	f.StringVar(&o.proxy.Kubeconfig, "kubeconfig", "", "kubeconfig for discovering peers from the default/kubernetes EndpointSlices and apiserver identity leases (point it at the local apiserver); without it, in a pod, the ServiceAccount's token and CA toward --local-apiserver")
 	f.DurationVar(&o.proxy.RefreshInterval, "discovery-refresh-interval", o.proxy.RefreshInterval, "how often every server's discovery is re-read (conditionally, by ETag)")
 	f.StringVar(&o.proxy.StateFile, "state-file", o.proxy.StateFile, "where every peer's last-known discovery is kept across restarts, so a peer that is down when skewgate starts answers 503, not 404 (empty: nothing kept)")
 
@@ -106,6 +106,7 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.BoolVar(&o.node.Steering, "steering", false, "steer new connections for --steer-address into the proxy with eBPF (sk_lookup), failing open")
 	f.StringVar(&o.node.Address, "steer-address", "", "address:port whose new connections are steered (default: <node-ip>:6443, the node's only global address)")
 	f.StringVar(&o.node.PinPath, "pin-path", o.node.PinPath, "bpffs directory for skewgate's maps, programs and links")
+	f.StringVar(&o.node.CgroupRoot, "cgroup-root", "", "cgroup v2 root connstat attaches to, e.g. the host's /sys/fs/cgroup mounted into a pod (a cgroup v1 hybrid host's unified/ is found) (default: this mount namespace's cgroup2 mount)")
 	f.StringSliceVar(&o.node.Exempt, "steer-exempt", nil, "source addresses or CIDRs whose connections are never steered, comma-separated")
 	f.BoolVar(&o.node.ExemptPeers, "steer-exempt-peers", false, "never steer connections from peer apiservers' addresses, so a peer's forwarded request skips this node's skewgate; "+
 		"only for peers whose addresses carry nothing else: a load balancer on a peer node would bypass skewgate too")
@@ -128,6 +129,11 @@ func (o *runOptions) validate() error {
 	if o.node.Steering && o.proxy.LocalAPIServer != "" {
 		if _, _, err := agent.Targets(o.node.Address, localHostPort(o.proxy.LocalAPIServer), o.node.Exempt); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if o.node.Steering && o.node.CgroupRoot != "" {
+		if _, err := agent.CgroupRoot(o.node.CgroupRoot); err != nil {
+			errs = append(errs, fmt.Errorf("--cgroup-root: %w", err))
 		}
 	}
 	if err := logsapi.ValidateAndApply(o.logging, nil); err != nil {

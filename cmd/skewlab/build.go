@@ -11,15 +11,23 @@ import (
 func newBuildCmd() *cobra.Command {
 	cache := lab.DefaultCacheDir()
 	versions := []string{lab.OldVersion, lab.NewVersion}
+	var kubelet bool
 	cmd := &cobra.Command{
 		Use:   "build",
 		Short: "Build etcd and the kube-apiservers into the lab cache (reused when present)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := lab.EnsureBinaries(cmd.Context(), cache, versions, os.Stdout)
+			if _, err := lab.EnsureBinaries(cmd.Context(), cache, versions, os.Stdout); err != nil {
+				return err
+			}
+			if !kubelet {
+				return nil
+			}
+			_, err := lab.EnsureKubeletBinaries(cmd.Context(), cache, versions, os.Stdout)
 			return err
 		},
 	}
 	cmd.Flags().StringVar(&cache, "cache", cache, "directory for the built binaries ($SKEWGATE_LAB_CACHE)")
 	cmd.Flags().StringSliceVar(&versions, "versions", versions, "kube-apiserver versions to build")
+	cmd.Flags().BoolVar(&kubelet, "kubelet", false, "also build a kubelet per version, kube-controller-manager and kube-scheduler at the oldest, and kubectl "+lab.KubectlVersion)
 	return cmd
 }

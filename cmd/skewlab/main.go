@@ -23,6 +23,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newBuildCmd(), newUpCmd(), newDownCmd(), newDrillCmd())
+	root.AddCommand(newBuildCmd(), newUpCmd(), newDownCmd(), newDrillCmd(), newImageCmd(), newDeployCmd())
 	return root
 }

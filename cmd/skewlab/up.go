@@ -13,6 +13,7 @@ import (
 func newUpCmd() *cobra.Command {
 	o := lab.Options{Dir: lab.DefaultDir(), CacheDir: lab.DefaultCacheDir(), Progress: os.Stdout}
 	nodes := "node-a=" + lab.OldVersion + ",node-b=" + lab.NewVersion
+	var image string
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Bring up etcd and one kube-apiserver per node, oldest version first",
@@ -21,11 +22,16 @@ func newUpCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			spec.InTreeProxy = o.Spec.InTreeProxy
+			spec.InTreeProxy, spec.Kubelet = o.Spec.InTreeProxy, o.Spec.Kubelet
 			o.Spec = spec
 			p, err := lab.Up(cmd.Context(), o)
 			if err != nil {
 				return err
+			}
+			if image != "" {
+				if err := p.ImportImage(cmd.Context(), image); err != nil {
+					return err
+				}
 			}
 			for _, n := range p.Spec.Nodes {
 				cmd.Printf("  %-8s %-9s %s\n", n.Name, n.Version, n.URL())
@@ -41,6 +47,8 @@ func newUpCmd() *cobra.Command {
 		strings.Join([]string{"node-a=" + lab.OldVersion, "node-b=" + lab.NewVersion, "node-c=" + lab.NewVersion}, ",")+")")
 	f.BoolVar(&o.Spec.InTreeProxy, "in-tree-proxy", false, "enable kube-apiserver's own Mixed Version Proxy, for comparison")
 	f.StringVar(&o.Skewgate, "skewgate", "", "skewgate binary to run on every node, steering the node's IP:6443 (make lab-up SKEWGATE=on)")
+	f.BoolVar(&o.Spec.Kubelet, "kubelet", false, "run containerd and a kubelet on every node, and a controller-manager and scheduler (make lab-up KUBELET=on)")
+	f.StringVar(&image, "image", "", "with --kubelet: an image archive (make image) to import into every node's containerd")
 	f.DurationVar(&o.ReadyTimeout, "ready-timeout", 90*time.Second, "how long each process may take to become ready")
 	return cmd
 }

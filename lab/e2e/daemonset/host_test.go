@@ -1,0 +1,233 @@
+package daemonset
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/skewgate/skewgate/agent"
+	"github.com/skewgate/skewgate/lab"
+)
+
+// steering reads node n's pins as the host sees them.
+func steering(n lab.Node) (agent.State, error) {
+	ctl, err := agent.OpenControl(lab.KubeletPinPath(n))
+	if err != nil {
+		return agent.State{}, err
+	}
+	defer ctl.Close()
+	return ctl.State()
+}
+
+// waitSteering waits until every node's pins say steering (want) or fall
+// back (!want), and returns how long that took.
+func waitSteering(t *testing.T, want bool, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for _, n := range plane.Spec.Nodes {
+		var last string
+		for {
+			st, err := steering(n)
+			if err == nil && st.Steering() == want {
+				break
+			}
+			last = fmt.Sprint(st, err)
+			if time.Since(start) > timeout {
+				t.Fatalf("%s: steering %t not reached in %s: %s", n.Name, want, timeout, last)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return time.Since(start)
+}
+
+// host runs the host's skewgate (steer, uninstall) and returns its output.
+func host(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(skewgateBin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("skewgate %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// get sends one request and returns the status and the route skewgate
+// took (X-Skewgate-Route, empty when skewgate did not answer).
+func get(c *http.Client, url string) (int, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get("X-Skewgate-Route"), nil
+}
+
+// freshClient makes every request a new TCP and TLS connection: steering
+// decides per new connection.
+func freshClient(t *testing.T) *http.Client {
+	t.Helper()
+	c, err := plane.AdminHTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := c.Transport.(*http.Transport)
+	tr.DisableKeepAlives = true
+	tr.TLSClientConfig = tr.TLSClientConfig.Clone()
+	tr.TLSClientConfig.ClientSessionCache = nil
+	tr.TLSClientConfig.SessionTicketsDisabled = true
+	return c
+}
+
+// connLoop sends GET /version on a new connection to url, one after
+// another, until stopped; it counts failures (errors or non-200).
+type connLoop struct {
+	tried, failed int
+	examples      []string
+	start         time.Time
+	window        time.Duration
+	stop          chan struct{}
+	wg            sync.WaitGroup
+}
+
+func startLoop(t *testing.T, url string) *connLoop {
+	l := &connLoop{stop: make(chan struct{}), start: time.Now()}
+	c := freshClient(t)
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		for {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			code, _, err := get(c, url+"/version")
+			l.tried++
+			if err != nil || code != http.StatusOK {
+				l.failed++
+				if len(l.examples) < 5 {
+					l.examples = append(l.examples, fmt.Sprintf("%s: %d %v", time.Since(l.start).Round(time.Millisecond), code, err))
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return l
+}
+
+func (l *connLoop) Stop() {
+	close(l.stop)
+	l.wg.Wait()
+	l.window = time.Since(l.start)
+}
+
+func (l *connLoop) String() string {
+	return fmt.Sprintf("%d new connections in %s, %d failed %v", l.tried, l.window.Round(time.Millisecond), l.failed, l.examples)
+}
+
+// podRSS is the resident memory of node n's skewgate pod process: the
+// `/skewgate run` in n's network namespace.
+func podRSS(t *testing.T, n lab.Node) (pid int, kib int) {
+	t.Helper()
+	var ns syscall.Stat_t
+	if err := syscall.Stat(lab.NetNSPath(n.Name), &ns); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil {
+			continue
+		}
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		var st syscall.Stat_t
+		if !strings.HasPrefix(string(cmd), "/skewgate\x00run") || syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) != nil || st.Ino != ns.Ino {
+			continue
+		}
+		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		for _, line := range strings.Split(string(status), "\n") {
+			if strings.HasPrefix(line, "VmRSS:") {
+				fmt.Sscanf(strings.TrimPrefix(line, "VmRSS:"), "%d", &kib)
+				return pid, kib
+			}
+		}
+	}
+	t.Fatalf("no skewgate pod process in %s's network namespace", n.Name)
+	return 0, 0
+}
+
+// pinnedBPF are the IDs of the links and maps pinned under dirs and of the
+// programs those links hold, from `bpftool -j -f link|map show`.
+func pinnedBPF(t *testing.T, dirs []string) (progs, links, maps map[int]bool) {
+	t.Helper()
+	progs, links, maps = map[int]bool{}, map[int]bool{}, map[int]bool{}
+	for _, o := range bpftoolShow(t, "link", "-f") {
+		if pinnedUnder(o.Pinned, dirs) {
+			links[o.ID], progs[o.ProgID] = true, true
+		}
+	}
+	for _, o := range bpftoolShow(t, "map", "-f") {
+		if pinnedUnder(o.Pinned, dirs) {
+			maps[o.ID] = true
+		}
+	}
+	return progs, links, maps
+}
+
+type bpfObject struct {
+	ID     int      `json:"id"`
+	ProgID int      `json:"prog_id"`
+	Pinned []string `json:"pinned"`
+}
+
+func bpftoolShow(t *testing.T, kind string, flags ...string) []bpfObject {
+	t.Helper()
+	args := append(append([]string{"-j"}, flags...), kind, "show")
+	out, err := exec.Command("bpftool", args...).Output()
+	if err != nil {
+		t.Fatalf("bpftool %s: %v", strings.Join(args, " "), err)
+	}
+	var objs []bpfObject
+	if err := json.Unmarshal(out, &objs); err != nil {
+		t.Fatalf("bpftool %s: %v", strings.Join(args, " "), err)
+	}
+	return objs
+}
+
+func pinnedUnder(pins, dirs []string) bool {
+	for _, p := range pins {
+		for _, d := range dirs {
+			if strings.HasPrefix(p, d+"/") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// bpfIDsAlive returns which of ids still exist.
+func bpfIDsAlive(t *testing.T, kind string, ids map[int]bool) []int {
+	t.Helper()
+	var alive []int
+	for _, o := range bpftoolShow(t, kind) {
+		if ids[o.ID] {
+			alive = append(alive, o.ID)
+		}
+	}
+	return alive
+}

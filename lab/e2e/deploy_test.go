@@ -1,0 +1,272 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+const deployDir = "../../deploy/kubernetes"
+
+// render builds the kustomization in dir as `kubectl apply -k` would.
+func render(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	var objs []*unstructured.Unstructured
+	for _, r := range rm.Resources() {
+		// Through JSON: kustomize's maps hold int, which unstructured
+		// cannot deep-copy.
+		data, err := r.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(data); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, u)
+	}
+	return objs
+}
+
+// uninstallJob is deploy/kubernetes/uninstall-job.yaml for node.
+func uninstallJob(t *testing.T, node string) *unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(deployDir + "/uninstall-job.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(strings.ReplaceAll(string(data), "NODE", node)), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// dryRunCreate creates obj on the server with dry run and strict field
+// validation: admission, defaulting and validation run, nothing is stored.
+func dryRunCreate(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, obj *unstructured.Unstructured) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	gvk := obj.GroupVersionKind()
+	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return err
+	}
+	_, err = dyn.Resource(m.Resource).Namespace(obj.GetNamespace()).Create(ctx, obj,
+		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: metav1.FieldValidationStrict})
+	return err
+}
+
+func restMapper(t *testing.T, cfg *rest.Config) meta.RESTMapper {
+	t.Helper()
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+}
+
+// TestDeployDryRun: every object `kubectl apply -k deploy/kubernetes`
+// creates, and the uninstall Job, pass server-side dry-run with strict
+// field validation on both apiserver versions.
+func TestDeployDryRun(t *testing.T) {
+	objs := append(render(t, deployDir), uninstallJob(t, "node-a"))
+	var kinds []string
+	for _, o := range objs {
+		kinds = append(kinds, o.GetKind())
+	}
+	for _, want := range []string{"ServiceAccount", "Role", "RoleBinding", "DaemonSet", "Job"} {
+		if !slices.Contains(kinds, want) {
+			t.Fatalf("rendered %v: no %s", kinds, want)
+		}
+	}
+	for _, name := range []string{"node-a", "node-b"} {
+		n := node(t, name)
+		t.Run(name+" "+n.Version, func(t *testing.T) {
+			cfg := restConfig(t, n.URL())
+			mapper := restMapper(t, cfg)
+			for _, o := range objs {
+				if err := dryRunCreate(context.Background(), cfg, mapper, o); err != nil {
+					t.Errorf("%s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+				}
+			}
+			// The check has teeth: a misspelt field is refused.
+			bad := daemonSet(t, objs).DeepCopy()
+			unstructured.SetNestedField(bad.Object, "x", "spec", "template", "spec", "hostNetwrok")
+			if err := dryRunCreate(context.Background(), cfg, mapper, bad); err == nil || !strings.Contains(err.Error(), "hostNetwrok") {
+				t.Errorf("a DaemonSet with a misspelt field: %v, want it refused", err)
+			}
+		})
+	}
+}
+
+func daemonSet(t *testing.T, objs []*unstructured.Unstructured) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == "DaemonSet" {
+			return o
+		}
+	}
+	t.Fatal("no DaemonSet rendered")
+	return nil
+}
+
+// TestDeployMonitoringOverlay: the overlay renders the base plus the
+// metrics Service and ServiceMonitor, with the admin listener on the node
+// IP; everything but the ServiceMonitor (no CRD in the lab) passes dry-run.
+func TestDeployMonitoringOverlay(t *testing.T) {
+	objs := render(t, deployDir+"/monitoring")
+	var rest []*unstructured.Unstructured
+	var sawMonitor, sawService bool
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ServiceMonitor":
+			sawMonitor = true
+			continue
+		case "Service":
+			sawService = true
+		case "DaemonSet":
+			checkMetricsOnNodeIP(t, o)
+		}
+		rest = append(rest, o)
+	}
+	if !sawMonitor || !sawService {
+		t.Fatalf("overlay: ServiceMonitor %t, Service %t", sawMonitor, sawService)
+	}
+	cfg := restConfig(t, node(t, "node-b").URL())
+	mapper := restMapper(t, cfg)
+	for _, o := range rest {
+		if err := dryRunCreate(context.Background(), cfg, mapper, o); err != nil {
+			t.Errorf("%s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+	}
+}
+
+func checkMetricsOnNodeIP(t *testing.T, ds *unstructured.Unstructured) {
+	t.Helper()
+	containers, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+	c := containers[0].(map[string]any)
+	args, _, _ := unstructured.NestedStringSlice(c, "args")
+	if !slices.Contains(args, "--metrics-bind-address=$(NODE_IP):16444") {
+		t.Errorf("overlay args %v: want the admin listener on $(NODE_IP)", args)
+	}
+	if host, found, _ := unstructured.NestedString(c, "readinessProbe", "httpGet", "host"); found {
+		t.Errorf("overlay readiness probe on host %q: want the pod IP (the node's)", host)
+	}
+}
+
+// TestDeployRBAC creates the base's ServiceAccount and RBAC on node-b for
+// real and acts as the ServiceAccount: what skewgate reads is allowed
+// (list and watch of the ConfigMap by a metadata.name field selector
+// included, which resourceNames permits), anything more is forbidden.
+func TestDeployRBAC(t *testing.T) {
+	ctx := context.Background()
+	cfg := restConfig(t, node(t, "node-b").URL())
+	mapper := restMapper(t, cfg)
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range render(t, deployDir) {
+		if o.GetKind() == "DaemonSet" {
+			continue
+		}
+		gvk := o.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+		if _, err := res.Create(ctx, o, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+		t.Cleanup(func() { res.Delete(context.Background(), o.GetName(), metav1.DeleteOptions{}) })
+	}
+	sa := rest.CopyConfig(cfg)
+	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:kube-system:skewgate"}
+	c := kubernetes.NewForConfigOrDie(sa)
+	byName := metav1.ListOptions{FieldSelector: "metadata.name=extension-apiserver-authentication"}
+	allowed := map[string]func() error{
+		"list endpointslices in default": func() error {
+			_, err := c.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"})
+			return err
+		},
+		"watch endpointslices in default": func() error {
+			return watchOnce(c.DiscoveryV1().EndpointSlices("default").Watch(ctx, metav1.ListOptions{}))
+		},
+		"list leases in kube-system": func() error {
+			_, err := c.CoordinationV1().Leases("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "apiserver.kubernetes.io/identity=kube-apiserver"})
+			return err
+		},
+		"watch leases in kube-system": func() error {
+			return watchOnce(c.CoordinationV1().Leases("kube-system").Watch(ctx, metav1.ListOptions{}))
+		},
+		"get the requestheader configmap": func() error {
+			_, err := c.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
+			return err
+		},
+		"list it by name":  func() error { _, err := c.CoreV1().ConfigMaps("kube-system").List(ctx, byName); return err },
+		"watch it by name": func() error { return watchOnce(c.CoreV1().ConfigMaps("kube-system").Watch(ctx, byName)) },
+	}
+	forbidden := map[string]func() error{
+		"list every configmap in kube-system": func() error {
+			_, err := c.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"get another configmap": func() error {
+			_, err := c.CoreV1().ConfigMaps("kube-system").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+			return err
+		},
+		"get an endpointslice": func() error {
+			_, err := c.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+			return err
+		},
+		"list leases in default": func() error {
+			_, err := c.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"list secrets": func() error { _, err := c.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); return err },
+		"delete an endpointslice": func() error {
+			return c.DiscoveryV1().EndpointSlices("default").Delete(ctx, "kubernetes", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		},
+	}
+	for what, do := range allowed {
+		if err := do(); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	for what, do := range forbidden {
+		if err := do(); !apierrors.IsForbidden(err) {
+			t.Errorf("%s: %v, want forbidden", what, err)
+		}
+	}
+}
+
+func watchOnce(w interface{ Stop() }, err error) error {
+	if err == nil {
+		w.Stop()
+	}
+	return err
+}

@@ -1,0 +1,57 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// Kubectl returns the lab's kubectl (KubectlVersion, built like the
+// apiservers and cached).
+func (p *Plane) Kubectl(ctx context.Context) (string, error) {
+	cache := p.cache
+	if cache == "" {
+		cache = DefaultCacheDir()
+	}
+	return ensure(ctx, cache, kubernetesRecipe("kubectl", KubectlVersion), io.Discard)
+}
+
+// ApplyKustomize runs `kubectl apply -k` as the lab admin on an overlay of
+// base (a kustomize directory) that only sets the tag of image, as an
+// operator's overlay would, and returns kubectl's output.
+func (p *Plane) ApplyKustomize(ctx context.Context, base, image, tag string) (string, error) {
+	kubectl, err := p.Kubectl(ctx)
+	if err != nil {
+		return "", err
+	}
+	dir, err := filepath.Abs(filepath.Join(p.Dir, "overlay"))
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	abs, err := filepath.Abs(base)
+	if err != nil {
+		return "", err
+	}
+	// kustomize takes no absolute root: the base relative to the overlay.
+	rel, err := filepath.Rel(dir, abs)
+	if err != nil {
+		return "", err
+	}
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\n"+
+		"images:\n  - name: %s\n    newTag: %s\n", rel, image, tag)
+	if err := writeFile(filepath.Join(dir, "kustomization.yaml"), k); err != nil {
+		return "", err
+	}
+	n := p.Spec.Nodes[len(p.Spec.Nodes)-1]
+	out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", KubeconfigPath(p.Dir, n.Name), "apply", "-k", dir).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("kubectl apply -k %s: %w\n%s", base, err, out)
+	}
+	return string(out), nil
+}
