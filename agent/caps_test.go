@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -53,17 +52,7 @@ func runAgentChild() error {
 		}
 	}
 	fmt.Println("ready")
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return err
-		}
-		go func() {
-			defer c.Close()
-			io.WriteString(c, "child\n")
-			io.Copy(io.Discard, c)
-		}()
-	}
+	return answerAsChild(ln)
 }
 
 // manifestCapabilities are the capabilities the DaemonSet grants skewgate.

@@ -57,17 +57,7 @@ func runSteerChild() error {
 		return errors.New(st.String())
 	}
 	fmt.Println("ready")
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return err
-		}
-		go func() {
-			defer c.Close()
-			io.WriteString(c, "child\n")
-			io.Copy(io.Discard, c)
-		}()
-	}
+	return answerAsChild(ln)
 }
 
 type child struct {
@@ -279,4 +269,20 @@ func TestSteeringFrozenAgent(t *testing.T) {
 		t.Fatal("no connection after the lease ran out")
 	}
 	t.Logf("frozen agent: %d connection(s) hung within the %s lease, %d after it all answered by the apiserver", hung, lease, after)
+}
+
+// answerAsChild answers every connection ln accepts with "child", so a test
+// can tell the child's listener from others.
+func answerAsChild(ln net.Listener) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			io.WriteString(c, "child\n")
+			io.Copy(io.Discard, c)
+		}()
+	}
 }
