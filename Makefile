@@ -12,6 +12,11 @@ GOTEST    := $(GO) test -count=1 -timeout 40m
 VERSION    ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo v0.1.0-$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown))
 COMMIT     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILD_DATE ?= $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
+# Expanded once, so an image's label and its binary's version agree even if
+# HEAD moves during a build.
+VERSION    := $(VERSION)
+COMMIT     := $(COMMIT)
+BUILD_DATE := $(BUILD_DATE)
 LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
 .PHONY: all build test lab-build lab-up lab-down demo bench bench-micro fmt vet fuzz soak upgrade-drill image lab-deploy kubelet-packages

@@ -51,8 +51,12 @@ func APIServerArgs(spec Spec, n Node, pki *PKI) []string {
 	args = append(args, "--endpoint-reconciler-type="+reconciler)
 	if spec.Kubelet {
 		// Kubelets run privileged pods only if the apiserver allows them;
-		// logs and exec reach a kubelet by its InternalIP (no DNS here).
-		args = append(args, "--allow-privileged=true", "--kubelet-preferred-address-types=InternalIP")
+		// logs and exec reach a kubelet by its InternalIP (no DNS here),
+		// authenticated with a client certificate of the lab CA (kubeadm's
+		// apiserver-kubelet-client; the lab's kubelets authorize anyone the
+		// CA vouches for).
+		args = append(args, "--allow-privileged=true", "--kubelet-preferred-address-types=InternalIP",
+			"--kubelet-client-certificate="+pki.Admin.CertFile, "--kubelet-client-key="+pki.Admin.KeyFile)
 	}
 	gates := []string{fmt.Sprintf("UnknownVersionInteroperabilityProxy=%t", spec.InTreeProxy)}
 	if n.Minor() >= newAPIsMinor {

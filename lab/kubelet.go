@@ -256,3 +256,19 @@ func waitNodeReady(ctx context.Context, c kubernetes.Interface, name string) err
 		}
 	}
 }
+
+// KubeletEnv are the kubelet mode's .lab/env variables: per node the pin
+// path of its skewgate pod as the host sees it and its containerd socket,
+// and the lab's kubectl.
+func (p *Plane) KubeletEnv() map[string]string {
+	e := map[string]string{}
+	for _, n := range p.Spec.Nodes {
+		k := "LAB_" + n.EnvName() + "_"
+		e[k+"PIN_PATH"] = KubeletPinPath(n)
+		e[k+"CONTAINERD_SOCKET"] = p.ContainerdSocket(n)
+	}
+	if kubectl, err := p.Kubectl(context.Background()); err == nil {
+		e["LAB_KUBECTL"] = kubectl
+	}
+	return e
+}

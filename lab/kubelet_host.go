@@ -137,8 +137,10 @@ func stopKubeletMode(st *State) []error {
 	return errs
 }
 
-// strayPIDs lists processes in the kubelet nodes' network namespaces or
-// cgroups that are not recorded.
+// strayPIDs lists what the nodes' containerds started and the state does
+// not record: processes in the kubelet cgroups, and processes in a node's
+// network namespace but not in the host's mount namespace (shims,
+// hostNetwork containers; not a shell an operator entered the node with).
 func strayPIDs(ks *KubeletState, recorded map[int]bool) []int {
 	netns := map[uint64]bool{}
 	for _, name := range ks.Nodes {
@@ -146,6 +148,7 @@ func strayPIDs(ks *KubeletState, recorded map[int]bool) []int {
 			netns[ino] = true
 		}
 	}
+	hostMnt, _ := inode("/proc/self/ns/mnt")
 	entries, _ := os.ReadDir("/proc")
 	var out []int
 	for _, e := range entries {
@@ -153,8 +156,9 @@ func strayPIDs(ks *KubeletState, recorded map[int]bool) []int {
 		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || recorded[pid] || pid == os.Getpid() {
 			continue
 		}
-		ino, err := inode(fmt.Sprintf("/proc/%d/ns/net", pid))
-		if (err == nil && netns[ino]) || inKubeletCgroup(pid, ks.Cgroups) {
+		net, err := inode(fmt.Sprintf("/proc/%d/ns/net", pid))
+		mnt, merr := inode(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+		if (err == nil && merr == nil && netns[net] && mnt != hostMnt) || inKubeletCgroup(pid, ks.Cgroups) {
 			out = append(out, pid)
 		}
 	}

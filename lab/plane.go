@@ -56,6 +56,9 @@ func Up(ctx context.Context, o Options) (*Plane, error) {
 	if err := refuseIfUp(o.Dir); err != nil {
 		return nil, err
 	}
+	if o.Skewgate != "" && o.Spec.Kubelet {
+		return nil, errors.New("lab: skewgate runs either as lab processes or as the DaemonSet on the kubelets, not both (they would steer the same addresses)")
+	}
 	versions := append([]string(nil), o.Versions...)
 	for _, n := range o.Spec.Nodes {
 		versions = append(versions, n.Version)
@@ -106,12 +109,13 @@ func (p *Plane) up(ctx context.Context, readyTimeout time.Duration, skewgate str
 			return err
 		}
 	}
+	var extra map[string]string
 	if p.Spec.Kubelet {
 		if err := p.startKubelets(ctx, readyTimeout); err != nil {
 			return err
 		}
+		extra = p.KubeletEnv()
 	}
-	var extra map[string]string
 	if skewgate != "" {
 		for _, n := range p.Spec.Nodes {
 			if _, err := p.StartSkewgate(ctx, n.Name, skewgate, SkewgateMode{Steering: true}, readyTimeout); err != nil {

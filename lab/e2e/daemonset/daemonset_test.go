@@ -38,6 +38,7 @@ func TestDaemonSet(t *testing.T) {
 		pid, kib := podRSS(t, n)
 		t.Logf("%s: pod process %d RSS %.1f MiB", n.Name, pid, float64(kib)/1024)
 	}
+	t.Logf("logs of a pod, through its kubelet:\n%s", podLogs(t, c))
 
 	t.Run("false404", func(t *testing.T) { falseFourOhFour(t, a) })
 	t.Run("rollout", func(t *testing.T) {

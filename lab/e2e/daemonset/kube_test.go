@@ -8,6 +8,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -125,4 +126,21 @@ func deleteDaemonSet(t *testing.T, c kubernetes.Interface, timeout time.Duration
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// podLogs is the tail of a skewgate pod's log, which the apiserver fetches
+// from the pod's kubelet.
+func podLogs(t *testing.T, c kubernetes.Interface) string {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := c.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=skewgate"})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("list pods: %v", err)
+	}
+	tail := int64(3)
+	out, err := c.CoreV1().Pods(dsNamespace).GetLogs(pods.Items[0].Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(ctx)
+	if err != nil || len(out) == 0 {
+		t.Fatalf("logs of %s: %v %s", pods.Items[0].Name, err, out)
+	}
+	return string(out)
 }
