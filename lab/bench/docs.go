@@ -36,8 +36,8 @@ func (r *Report) writeDoc(b *bytes.Buffer) {
 Written by `+"`make bench`"+` (lab/bench) on %s; the run took %s. Every figure
 below comes from that one run: the paths are measured side by side,
 interleaved, so the ratios hold even where the machine is noisy. Between runs
-on this machine the ratios move by several hundredths; see the last
-section for ranges.
+on this machine the ratios still move by several hundredths: compare runs
+before drawing conclusions.
 
 **Machine.** %s
 
