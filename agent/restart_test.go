@@ -64,11 +64,10 @@ type child struct {
 	cmd *exec.Cmd
 }
 
-func startChild(t *testing.T, n *node) *child {
+// spawn starts cmd as a child the test kills at cleanup, and returns its
+// stdout, where it says "ready".
+func spawn(t *testing.T, cmd *exec.Cmd) (*child, *bufio.Reader) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "SGT_CHILD=steer", "SGT_NETNS="+n.ns.path, "SGT_PINS="+n.pins)
-	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -78,9 +77,18 @@ func startChild(t *testing.T, n *node) *child {
 	}
 	c := &child{cmd: cmd}
 	t.Cleanup(c.kill)
+	return c, bufio.NewReader(out)
+}
+
+func startChild(t *testing.T, n *node) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "SGT_CHILD=steer", "SGT_NETNS="+n.ns.path, "SGT_PINS="+n.pins)
+	cmd.Stderr = os.Stderr
+	c, out := spawn(t, cmd)
 	ready := make(chan error, 1)
 	go func() {
-		line, err := bufio.NewReader(out).ReadString('\n')
+		line, err := out.ReadString('\n')
 		if err == nil && strings.TrimSpace(line) != "ready" {
 			err = fmt.Errorf("child said %q", line)
 		}
