@@ -41,9 +41,10 @@ type Caller struct {
 // requestheader and x509 authenticators do; requests with bearer tokens or
 // no credentials pass unauthenticated, for the apiserver to judge.
 type callerAuth struct {
-	users   authenticator.Request
-	rh      RequestHeader
-	headers authenticator.Request
+	users    authenticator.Request
+	clientCA dynamiccertificates.CAContentProvider
+	rh       RequestHeader
+	headers  authenticator.Request
 	// trusted is every identity header name kube-apiserver trusts: the
 	// flags' and, when watched, the cluster's published ones.
 	trusted atomic.Pointer[HeaderNames]
@@ -68,8 +69,9 @@ func newCallerAuth(clientCA dynamiccertificates.CAContentProvider, rh RequestHea
 	}
 	n := rh.Names
 	a := &callerAuth{
-		rh:  rh,
-		now: time.Now,
+		clientCA: clientCA,
+		rh:       rh,
+		now:      time.Now,
 		headers: headerrequest.NewDynamic(headerrequest.StaticStringSlice(n.User), headerrequest.StaticStringSlice(n.UID),
 			headerrequest.StaticStringSlice(n.Group), headerrequest.StaticStringSlice(n.ExtraPrefix)),
 	}
@@ -93,13 +95,24 @@ func (a *callerAuth) Enqueue() { a.caGeneration.Add(1) }
 // neither the client CA nor the requestheader CA accepts.
 var ErrUntrustedClient = errors.New("client certificate not trusted")
 
-// authenticate identifies the caller of r. A presented certificate that
-// verifies nowhere is an error: skewgate answers 401 with the reason rather
-// than silently demoting the caller to anonymous.
+// authenticate identifies the caller of r as kube-apiserver's
+// authenticators would, in turn: a presented certificate that verifies
+// nowhere is an error (401) unless the request carries a token, which the
+// apiserver then judges (its union authenticator skips the certificate);
+// a verified certificate without a common name is anonymous, as there.
 func (a *callerAuth) authenticate(r *http.Request) (Caller, error) {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return Caller{}, nil
 	}
+	c, err := a.certificate(r)
+	if err != nil && r.Header.Get("Authorization") != "" {
+		return Caller{}, nil
+	}
+	return c, err
+}
+
+// certificate identifies the caller by its client certificate.
+func (a *callerAuth) certificate(r *http.Request) (Caller, error) {
 	// A connection's certificate chain never changes: verify it once per
 	// connection, not once per request (HTTP/2 multiplexes many), for as
 	// long as the verdict holds: until the chain's first NotAfter and
@@ -131,8 +144,11 @@ func (a *callerAuth) verifyChain(r *http.Request) (peer bool, u user.Info, err e
 		return true, nil, nil
 	}
 	resp, ok, err := a.users.AuthenticateRequest(r)
-	if ok {
+	switch {
+	case ok:
 		return false, resp.User, nil
+	case err == nil:
+		return false, nil, nil // verified, but names nobody (no common name): anonymous
 	}
 	return false, nil, fmt.Errorf("%w: %v", ErrUntrustedClient, err)
 }
@@ -152,7 +168,7 @@ func (a *callerAuth) peerCaller(r *http.Request) Caller {
 type connVerdict struct {
 	mu         sync.Mutex
 	made       bool
-	until      time.Time // the chain's earliest NotAfter
+	until      time.Time // the verified chain's earliest NotAfter, its root's included
 	generation uint64    // callerAuth.caGeneration when made
 	peer       bool
 	user       user.Info
@@ -168,7 +184,7 @@ func (v *connVerdict) get(a *callerAuth, r *http.Request) (bool, user.Info, http
 	gen, now := a.caGeneration.Load(), a.now()
 	if !v.made || gen != v.generation || !now.Before(v.until) {
 		v.peer, v.user, v.err = a.verifyChain(r)
-		v.made, v.generation, v.until = true, gen, earliestNotAfter(r.TLS.PeerCertificates)
+		v.made, v.generation, v.until = true, gen, a.verdictExpiry(r.TLS.PeerCertificates, v.peer)
 		// Escaping the extra keys costs more than the rest of the
 		// identity: once per connection, not per request.
 		v.headers = nil
@@ -178,6 +194,41 @@ func (v *connVerdict) get(a *callerAuth, r *http.Request) (bool, user.Info, http
 		}
 	}
 	return v.peer, v.user, v.headers, v.err
+}
+
+// verdictExpiry is when a verdict on chain stops holding: the earliest
+// NotAfter of the chain as verified up to its trusted root (a CA that
+// expires ends the verdicts it made), or of the presented chain when it
+// verifies nowhere.
+func (a *callerAuth) verdictExpiry(chain []*x509.Certificate, peer bool) time.Time {
+	until := earliestNotAfter(chain)
+	ca := a.clientCA
+	if peer {
+		ca = a.rh.CA
+	}
+	if ca == nil {
+		return until
+	}
+	opts, ok := ca.VerifyOptions()
+	if !ok {
+		return until
+	}
+	opts.CurrentTime = a.now()
+	opts.KeyUsages = []x509.ExtKeyUsage{x509.ExtKeyUsageAny}
+	opts.Intermediates = x509.NewCertPool()
+	for _, c := range chain[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	verified, err := chain[0].Verify(opts)
+	if err != nil || len(verified) == 0 {
+		return until
+	}
+	for _, c := range verified {
+		if t := earliestNotAfter(c); t.Before(until) {
+			until = t
+		}
+	}
+	return until
 }
 
 func earliestNotAfter(chain []*x509.Certificate) time.Time {

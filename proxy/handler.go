@@ -8,6 +8,7 @@
 package proxy
 
 import (
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/net/http/httpguts"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 
@@ -63,6 +65,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 	propagateAuditID(r)
+	if !httpguts.ValidHeaderFieldName(r.Method) {
+		// Go's HTTP/2 server takes any :method; the outgoing transport
+		// would refuse it, and that refusal is nobody's failure to count.
+		reject(w, r, apierrors.NewBadRequest(fmt.Sprintf("invalid method %q", r.Method)))
+		return
+	}
 	caller, err := h.auth.authenticate(r)
 	if err != nil {
 		// The x509 detail stays in the log: a caller that cannot
@@ -81,6 +89,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 		return
 	}
 	x.req = req
+	if x.caller.Peer && r.Header.Get(forward.HeaderProbe) != "" && req.Kind == route.Other {
+		forward.AnswerProbe(w)
+		return
+	}
 	if !x.marked && h.serveMerged(w, r, x) {
 		return
 	}
@@ -101,27 +113,53 @@ func reject(w http.ResponseWriter, r *http.Request, err error) {
 
 func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) {
 	d := x.decision
-	switch d.Route {
-	case route.Unavailable:
+	switch {
+	case d.Route == route.Unavailable:
 		forward.Unavailable(w, r, d.Reason)
 		return
-	case route.Local:
-		if d.Rule == 6 {
-			h.members.RefreshSoon() // maybe a CRD or API nobody listed yet
-		}
+	case d.Absent():
+		h.members.RefreshSoon() // maybe a CRD or API nobody listed yet
 	}
 	w.Header().Set(forward.HeaderRoute, string(d.Route))
-	forward.Forward(w, r, forward.Request{
+	fr := forward.Request{
 		Candidates:  h.members.Backends(d.Servers),
 		Idempotent:  x.req.Idempotent(),
 		Failed:      h.forwardFailed,
 		Anonymous:   x.caller.User == nil,
 		SetIdentity: h.identity(x.caller, x.marked || d.Route == route.Peer),
 		ShowErrors:  x.caller.User != nil,
-		LongRunning: x.req.Watch(),
-		Served:      (d.Rule == 3 || d.Rule == 4) && x.req.Kind == route.Resource,
-		Stale:       h.members.Recheck,
-	})
+		LongRunning: x.req.LongRunning(),
+	}
+	t := h.members.Table()
+	if d.Listed() && x.req.AsksForType(scopeOf(x.req, t)) {
+		gvr := x.req.GVR
+		fr.Listed, fr.Stale = true, func(id string) bool { return h.members.DeniedListed(id, gvr) }
+	}
+	if d.Rule == route.RuleLocal && fr.Idempotent {
+		key := x.req.Watch()
+		fr.Fallback = func() []*forward.Backend {
+			k := ""
+			if key {
+				k = clientKey(r, x.caller)
+			}
+			return h.members.Backends(route.Fallback(x.req, h.members.Table(), k))
+		}
+	}
+	forward.Forward(w, r, fr)
+}
+
+// scopeOf is the capabilities that tell the requested type's scope: the
+// local server's if it lists the type, else the first peer's that does.
+func scopeOf(req route.Request, t *route.Table) route.Capabilities {
+	if c := t.Local.Caps; c != nil && c.Serves(req.GVR, req.Subresource) {
+		return c
+	}
+	for _, p := range t.Peers {
+		if p.Caps != nil && p.Caps.Serves(req.GVR, req.Subresource) {
+			return p.Caps
+		}
+	}
+	return nil
 }
 
 func (h *Handler) forwardFailed(id string, kind forward.FailureKind, err error) {
@@ -167,13 +205,8 @@ func (h *Handler) observe(x *exchange, code int, server string, d time.Duration)
 	group, version, resource := "", "", ""
 	if x.req.Kind == route.Resource {
 		group, version, resource = "unknown", "unknown", "unknown"
-		// Rules 4 and 5 name a GVR some peer lists; rule 3 one the local
-		// server lists once its discovery is known; rule 2 (a peer's
-		// forwarded request) one only if the local server lists it.
 		local := h.members.Table().Local.Caps
-		known := x.decision.Rule == 4 || x.decision.Rule == 5 || x.decision.Rule == 3 && local != nil ||
-			x.decision.Rule == 2 && local != nil && local.Serves(x.req.GVR, x.req.Subresource)
-		if known {
+		if x.decision.NamesType(local != nil && local.Serves(x.req.GVR, x.req.Subresource)) {
 			group, version, resource = x.req.GVR.Group, x.req.GVR.Version, x.req.GVR.Resource
 		}
 	}

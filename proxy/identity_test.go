@@ -47,6 +47,7 @@ type identityRig struct {
 	upstream string
 	client   tls.Certificate
 	roots    *x509.CertPool
+	members  *membership.Members
 	mu       sync.Mutex
 	got      []seen
 }
@@ -107,6 +108,7 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rig.members = members
 	h := NewHandler(members, clientCA, RequestHeader{}, NewMetrics(prometheus.NewRegistry()))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -257,6 +259,12 @@ func TestServingLimits(t *testing.T) {
 // would refuse to send) and returns the status, or the stream's reset code.
 func (rig *identityRig) sendH2(t *testing.T, path string, fields ...string) (status string, reset http2.ErrCode) {
 	t.Helper()
+	return rig.sendH2Method(t, "GET", path, fields...)
+}
+
+// sendH2Method is sendH2 with any :method.
+func (rig *identityRig) sendH2Method(t *testing.T, method, path string, fields ...string) (status string, reset http2.ErrCode) {
+	t.Helper()
 	conn, err := tls.Dial("tcp", rig.addr, &tls.Config{Certificates: []tls.Certificate{rig.client}, RootCAs: rig.roots,
 		ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
 	if err != nil {
@@ -272,7 +280,7 @@ func (rig *identityRig) sendH2(t *testing.T, path string, fields ...string) (sta
 	}
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)
-	all := append([]string{":method", "GET", ":scheme", "https", ":authority", "127.0.0.1", ":path", path}, fields...)
+	all := append([]string{":method", method, ":scheme", "https", ":authority", "127.0.0.1", ":path", path}, fields...)
 	for i := 0; i+1 < len(all); i += 2 {
 		enc.WriteField(hpack.HeaderField{Name: all[i], Value: all[i+1]})
 	}
@@ -351,6 +359,59 @@ func TestForwardedForKeepsTheClient(t *testing.T) {
 		_, got := rig.send(t, "GET /version HTTP/1.1\nHost: 127.0.0.1\n"+tc.sent+"\n")
 		if v := got.header.Values("X-Forwarded-For"); !slices.Equal(v, []string{tc.want}) {
 			t.Errorf("sent %q: upstream got X-Forwarded-For %q, want %q", tc.sent, v, tc.want)
+		}
+	}
+}
+
+// Bug: --http2-max-streams-per-connection did nothing; the server
+// advertised Go's default 250 whatever it said.
+func TestHTTP2MaxStreamsAdvertised(t *testing.T) {
+	for _, n := range []int{50, 1000} {
+		rig := newIdentityRig(t, TLS{MaxStreams: n})
+		conn, err := tls.Dial("tcp", rig.addr, &tls.Config{RootCAs: rig.roots, ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(conn, http2.ClientPreface)
+		fr := http2.NewFramer(conn, conn)
+		fr.WriteSettings()
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sf, ok := f.(*http2.SettingsFrame)
+		if !ok {
+			t.Fatalf("first frame %T, want SETTINGS", f)
+		}
+		if v, ok := sf.Value(http2.SettingMaxConcurrentStreams); !ok || int(v) != n {
+			t.Errorf("--http2-max-streams-per-connection=%d: SETTINGS_MAX_CONCURRENT_STREAMS %d (sent %t)", n, v, ok)
+		}
+		conn.Close()
+	}
+}
+
+// Bug: Go's HTTP/2 server takes any :method, and an invalid one ("GET X")
+// reached the forwarder, which counted the outgoing transport's refusal as
+// the server failing to connect. It is refused with 400 before routing;
+// nothing reaches the apiserver and no server is blamed.
+func TestInvalidMethodRefusedBeforeRouting(t *testing.T) {
+	rig := newIdentityRig(t)
+	rig.mu.Lock()
+	rig.got = nil
+	rig.mu.Unlock()
+	status, reset := rig.sendH2Method(t, "GET X", "/api/v1/namespaces/default/configmaps")
+	if status != "400" {
+		t.Errorf(`:method "GET X": status %q reset %v, want 400`, status, reset)
+	}
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	if len(rig.got) != 0 {
+		t.Errorf("the apiserver saw %d requests", len(rig.got))
+	}
+	for _, st := range rig.members.Statuses() {
+		if st.LastError != "" {
+			t.Errorf("%s blamed: %s", st.ID, st.LastError)
 		}
 	}
 }

@@ -91,14 +91,14 @@ func (h *Handler) serveMerged(w http.ResponseWriter, r *http.Request, x *exchang
 		// Without the local server's groups the merged view would tell
 		// garbage collection and namespace deletion that they are gone:
 		// a 200 with too few groups is a false 404 in bulk.
-		x.decision = route.Decision{Route: route.Unavailable, Rule: 1, Reason: "merged discovery without the local apiserver's document"}
+		x.decision = route.Decision{Route: route.Unavailable, Rule: route.RuleNotResource, Reason: "merged discovery without the local apiserver's document"}
 		forward.Unavailable(w, r, "the local apiserver is not healthy: merged discovery would lack its groups")
 		return true
 	}
 	if !h.localAllows(w, r, x) {
 		return true
 	}
-	x.decision = route.Decision{Route: route.Merged, Rule: 1, Reason: "merged view of the healthy servers"}
+	x.decision = route.Decision{Route: route.Merged, Rule: route.RuleNotResource, Reason: "merged view of the healthy servers"}
 	w.Header().Set(forward.HeaderRoute, string(route.Merged))
 	w.Header().Set(forward.HeaderServer, "skewgate")
 	w.Header().Set(forward.HeaderAuditID, r.Header.Get(forward.HeaderAuditID))
@@ -147,7 +147,7 @@ func (h *Handler) localAllows(w http.ResponseWriter, r *http.Request, x *exchang
 	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNotModified {
 		return true
 	}
-	x.decision = route.Decision{Route: route.Local, Rule: 1, Servers: []string{local[0].ID}, Reason: "the local apiserver refused the caller"}
+	x.decision = route.Decision{Route: route.Local, Rule: route.RuleNotResource, Servers: []string{local[0].ID}, Reason: "the local apiserver refused the caller"}
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}

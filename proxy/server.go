@@ -63,6 +63,9 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, t TLS) error {
 		MaxHeaderBytes: 1 << 20,
 		ConnContext:    withConnVerdict,
 	}
+	if t.MaxStreams > 0 {
+		srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: t.MaxStreams}
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	select {

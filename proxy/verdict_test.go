@@ -2,10 +2,15 @@ package proxy
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -96,5 +101,92 @@ func TestConnectionVerdictExpires(t *testing.T) {
 	now = cert.NotAfter.Add(time.Second)
 	if _, err := req(); !errors.Is(err, ErrUntrustedClient) {
 		t.Errorf("after NotAfter on the same connection: err %v, want ErrUntrustedClient", err)
+	}
+}
+
+// Bug (by reading): a verdict lived until the presented chain's earliest
+// NotAfter, so a client certificate outliving its CA kept working on a
+// connection after the CA expired.
+func TestConnectionVerdictEndsWithTheCA(t *testing.T) {
+	now := time.Now()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "short-lived ca"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "alice"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(365 * 24 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, caCert, leafKey.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(leafDER)
+	clientCA := &swapCA{}
+	clientCA.set(caCert)
+	a := newCallerAuth(clientCA, RequestHeader{})
+	clock := now
+	a.now = func() time.Time { return clock }
+	conn := withConnVerdict(context.Background(), nil)
+	req := func() (Caller, error) {
+		r := httptest.NewRequest(http.MethodGet, "/api", nil).WithContext(conn)
+		r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}
+		return a.authenticate(r)
+	}
+	if c, err := req(); err != nil || c.User.GetName() != "alice" {
+		t.Fatalf("a valid certificate: %v %v", c.User, err)
+	}
+	clock = caCert.NotAfter.Add(time.Second)
+	if _, err := req(); !errors.Is(err, ErrUntrustedClient) {
+		t.Errorf("after the CA's NotAfter on the same connection: err %v, want ErrUntrustedClient", err)
+	}
+}
+
+// kube-apiserver tries its authenticators in turn: a certificate it cannot
+// verify is skipped when a token is there to judge, and a verified
+// certificate without a common name is anonymous.
+func TestCertificateAndTokenAsTheApiserver(t *testing.T) {
+	ca, err := lab.NewCA("clients")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := lab.NewCA("stranger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	untrusted, _, err := stranger.Sign(lab.Leaf{CN: "mallory"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nameless, _, err := ca.Sign(lab.Leaf{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCA := &swapCA{}
+	clientCA.set(ca.Cert)
+	a := newCallerAuth(clientCA, RequestHeader{})
+	for _, tc := range []struct {
+		name  string
+		cert  *x509.Certificate
+		token bool
+		fails bool
+	}{
+		{"untrusted certificate and a token: the token is judged", untrusted, true, false},
+		{"untrusted certificate alone: 401", untrusted, false, true},
+		{"verified certificate without a name: anonymous", nameless, false, false},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/api", nil).WithContext(withConnVerdict(context.Background(), nil))
+		r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{tc.cert}}
+		if tc.token {
+			r.Header.Set("Authorization", "Bearer abc")
+		}
+		c, err := a.authenticate(r)
+		if (err != nil) != tc.fails || c.User != nil || c.Peer {
+			t.Errorf("%s: caller %+v err %v", tc.name, c, err)
+		}
 	}
 }

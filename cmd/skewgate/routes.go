@@ -60,7 +60,7 @@ func printRoutes(out io.Writer, v admin.RoutesView, all bool) {
 			local++
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", r.Resource, r.Route, r.Rule, strings.Join(r.Servers, ","))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Resource, r.Route, r.Rule, strings.Join(r.Servers, ","))
 	}
 	tw.Flush()
 	if local > 0 {
@@ -99,7 +99,7 @@ func newExplainCmd() *cobra.Command {
 					fmt.Fprintf(out, "/%s", e.Subresource)
 				}
 			}
-			fmt.Fprintf(out, "\n  route:   %s (rule %d) → %s\n  because: %s\n", e.Route, e.Rule, strings.Join(e.Servers, ", "), e.Reason)
+			fmt.Fprintf(out, "\n  route:   %s (rule %s) → %s\n  because: %s\n", e.Route, e.Rule, strings.Join(e.Servers, ", "), e.Reason)
 			return nil
 		},
 	}

@@ -87,10 +87,10 @@ type ServerView struct {
 
 // RouteView is one resource in the merged routing table.
 type RouteView struct {
-	Resource string   `json:"resource"`
-	Route    string   `json:"route"`
-	Servers  []string `json:"servers"`
-	Rule     int      `json:"rule"`
+	Resource string     `json:"resource"`
+	Route    string     `json:"route"`
+	Servers  []string   `json:"servers"`
+	Rule     route.Rule `json:"rule"`
 }
 
 // RoutesView is /debug/routes.
@@ -157,16 +157,16 @@ func gvrString(gvr schema.GroupVersionResource) string {
 
 // Explanation is /debug/explain.
 type Explanation struct {
-	Method      string   `json:"method"`
-	Path        string   `json:"path"`
-	Kind        string   `json:"kind"`
-	Verb        string   `json:"verb"`
-	Resource    string   `json:"resource,omitempty"`
-	Subresource string   `json:"subresource,omitempty"`
-	Route       string   `json:"route"`
-	Rule        int      `json:"rule"`
-	Servers     []string `json:"servers"`
-	Reason      string   `json:"reason"`
+	Method      string     `json:"method"`
+	Path        string     `json:"path"`
+	Kind        string     `json:"kind"`
+	Verb        string     `json:"verb"`
+	Resource    string     `json:"resource,omitempty"`
+	Subresource string     `json:"subresource,omitempty"`
+	Route       string     `json:"route"`
+	Rule        route.Rule `json:"rule"`
+	Servers     []string   `json:"servers"`
+	Reason      string     `json:"reason"`
 }
 
 // verbMethods maps Kubernetes verbs to the HTTP method that carries them.

@@ -1,6 +1,8 @@
 package discovery
 
 import (
+	"slices"
+
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -16,6 +18,8 @@ type resourceKey struct {
 // serves nothing). Lookups are single map reads and do not allocate.
 type Capabilities struct {
 	verbs  map[resourceKey][]string
+	scope  map[schema.GroupVersionResource]bool // namespaced
+	names  map[schema.GroupVersion][]string     // sorted resources and resource/subresources
 	gvs    map[schema.GroupVersion]bool
 	groups map[string]bool
 	order  []schema.GroupVersion
@@ -27,6 +31,8 @@ type Capabilities struct {
 func NewCapabilities(doc *Doc) *Capabilities {
 	c := &Capabilities{
 		verbs:  map[resourceKey][]string{},
+		scope:  map[schema.GroupVersionResource]bool{},
+		names:  map[schema.GroupVersion][]string{},
 		gvs:    map[schema.GroupVersion]bool{},
 		groups: map[string]bool{},
 	}
@@ -47,13 +53,38 @@ func (c *Capabilities) addVersion(group string, v apidiscoveryv2.APIVersionDisco
 	c.gvs[gv] = true
 	c.groups[group] = true
 	c.order = append(c.order, gv)
+	var names []string
 	for _, r := range v.Resources {
 		gvr := gv.WithResource(r.Resource)
 		c.verbs[resourceKey{gvr: gvr}] = r.Verbs
+		c.scope[gvr] = r.Scope == apidiscoveryv2.ScopeNamespace
+		names = append(names, r.Resource)
 		for _, s := range r.Subresources {
 			c.verbs[resourceKey{gvr: gvr, sub: s.Subresource}] = s.Verbs
+			names = append(names, r.Resource+"/"+s.Subresource)
 		}
 	}
+	slices.Sort(names)
+	c.names[gv] = slices.Compact(names)
+}
+
+// Namespaced reports whether the resource is namespaced, and whether the
+// server serves it at all.
+func (c *Capabilities) Namespaced(gvr schema.GroupVersionResource) (namespaced, ok bool) {
+	if c == nil {
+		return false, false
+	}
+	namespaced, ok = c.scope[gvr]
+	return namespaced, ok
+}
+
+// Resources lists, sorted, the resources and "resource/subresource"s the
+// server's document for gv lists. The slice is shared: do not modify it.
+func (c *Capabilities) Resources(gv schema.GroupVersion) []string {
+	if c == nil {
+		return nil
+	}
+	return c.names[gv]
 }
 
 // Serves reports whether the server serves the resource and, when

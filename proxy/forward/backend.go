@@ -68,14 +68,15 @@ var ErrBreakerOpen = errors.New("circuit open: the apiserver's recent exchanges 
 // BreakOnFailures makes b stop taking requests for 5 s after 5 exchanges in
 // a row failed at the transport (a reset, a timeout, a refused dial), then
 // try one: a peer that accepts connections but fails them must not take
-// every request that goes its way. A caller's own cancellation does not
-// count. Call before use.
+// every request that goes its way. What the caller did (it left, its body
+// was malformed, its request could not be sent) does not count. Call
+// before use.
 func (b *Backend) BreakOnFailures() {
 	b.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        b.ID,
 		Timeout:     5 * time.Second,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 5 },
-		IsExcluded:  func(err error) bool { return errors.Is(err, context.Canceled) },
+		IsExcluded:  func(err error) bool { return errors.Is(err, context.Canceled) || errors.Is(err, errCaller) },
 	})
 }
 

@@ -3,6 +3,7 @@ package forward
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/util/proxy"
 )
@@ -32,9 +34,14 @@ type Request struct {
 	// Candidates are tried in order; only the first unless Idempotent.
 	Candidates []*Backend
 	// Idempotent requests (get, list, watch set-up) move on to the next
-	// candidate when the connection to one fails before any byte of the
-	// request was sent. Writes are never sent twice.
+	// candidate when one fails them before its answer began: nothing has
+	// reached the caller yet, and reading twice changes nothing. Writes
+	// move on only when no byte of them was sent; never twice.
 	Idempotent bool
+	// Fallback, if set, lists further candidates for an idempotent
+	// request once Candidates failed it (asked only then): the peers that
+	// serve what the local server was chosen for.
+	Fallback func() []*Backend
 	// Failed, if set, learns of every failed exchange with a backend: kind
 	// FailConnect (no connection: the server should leave routing at once)
 	// or FailRequest (the connection broke after bytes were sent).
@@ -53,35 +60,43 @@ type Request struct {
 	// error) into the 503 the caller gets. Only for callers skewgate
 	// verified: others learn nothing about the control plane's inside.
 	ShowErrors bool
-	// LongRunning requests (watches) do not count against a backend's
-	// in-flight limit.
+	// LongRunning requests, as kube-apiserver classifies them (watches,
+	// logs, proxy, exec, attach, port-forward), do not count against a
+	// backend's in-flight limit; only they are spliced as upgrades.
 	LongRunning bool
-	// Served: routing chose the candidates because their discovery lists
-	// the resource. An apiserver that then answers "the server could not
-	// find the requested resource" has changed since its discovery was
-	// read (it restarted on another version): its 404 is no answer to
-	// pass on. Stale, if set, learns of it; the request moves to the next
-	// candidate, or gets a 503.
-	Served bool
-	Stale  func(id string)
+	// Listed: routing chose the candidates because their discovery lists
+	// the resource, and the request's shape is one of the type's routes.
+	// An apiserver that then answers that it has no such type may have
+	// changed since its discovery was read (it restarted on another
+	// version). Stale judges: true keeps that 404 from the caller (the
+	// request moves to the next candidate, or gets a 503), false passes it
+	// on as the type's own answer.
+	Listed bool
+	Stale  func(id string) bool
 }
 
 // errStale is an apiserver that denied serving what its discovery lists.
 var errStale = errors.New("the apiserver no longer serves the resource its discovery listed; its discovery is being read again")
 
-// notFoundResource is kube-apiserver's message for a resource type it does
-// not serve, as opposed to an object that does not exist.
-var notFoundResource = []byte("the server could not find the requested resource")
+// kube-apiserver's two answers for a type it does not have: a Status
+// under a group it serves, Go's plain 404 under a group it does not (its
+// mux's NotFoundHandler). An object that does not exist is a Status that
+// names it.
+var (
+	notFoundResource = []byte("the server could not find the requested resource")
+	notFoundPage     = []byte("404 page not found")
+)
 
-// stale reports whether resp is such a denial, keeping its body readable.
-func stale(resp *http.Response) bool {
+// TypeNotFound reports whether resp is a 404 of a server that has no such
+// type, keeping its body readable.
+func TypeNotFound(resp *http.Response) bool {
 	if resp.StatusCode != http.StatusNotFound {
 		return false
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	return bytes.Contains(body, notFoundResource)
+	return bytes.Contains(body, notFoundResource) || bytes.Equal(bytes.TrimSpace(body), notFoundPage)
 }
 
 // Forward sends r (its identity headers already set) to the first candidate
@@ -94,7 +109,7 @@ func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
 		return
 	}
 	first := fr.Candidates[0]
-	if !fr.LongRunning && !httpstream.IsUpgradeRequest(r) {
+	if !fr.LongRunning {
 		release, ok := first.acquire()
 		if !ok {
 			TooMany(w, r, first.ID)
@@ -106,7 +121,10 @@ func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
 	// The query too: UpgradeAwareHandler dials upgrades (exec, attach,
 	// port-forward) at exactly this location.
 	loc.Path, loc.RawPath, loc.RawQuery = r.URL.Path, r.URL.RawPath, r.URL.RawQuery
-	upgrade := httpstream.IsUpgradeRequest(r)
+	// Only what kube-apiserver runs long may be spliced: any other request
+	// naming "upgrade" in its Connection header is an ordinary one (a new
+	// TLS connection per request would otherwise be the price of a header).
+	upgrade := fr.LongRunning && httpstream.IsUpgradeRequest(r)
 	rt := &failover{req: fr, retry: fr.Idempotent && !upgrade, bearer: r.Header.Get("Authorization") != ""}
 	if !upgrade {
 		plainProxy(&loc, rt, responder{show: fr.ShowErrors}, fr.LongRunning).ServeHTTP(w, r)
@@ -203,8 +221,11 @@ func (f *failover) WrappedRoundTripper() http.RoundTripper {
 }
 
 func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
+	body := callerBody(req)
 	var errs []error
-	for i, b := range f.req.Candidates {
+	candidates, more := f.req.Candidates, f.req.Fallback
+	for i := 0; i < len(candidates); i++ {
+		b := candidates[i]
 		if i > 0 && !f.retry {
 			break
 		}
@@ -213,17 +234,15 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", b.ID, err))
 			continue // nothing was sent: the next candidate may take it
 		}
-		resp, connected, err := roundTrip(req, b, f.req)
-		done(err)
-		if err == nil && f.req.Served && stale(resp) {
+		resp, at, err := roundTrip(req, b, f.req)
+		if err == nil && f.req.Listed && TypeNotFound(resp) && f.req.Stale != nil && f.req.Stale(b.ID) {
+			done(nil)
 			resp.Body.Close()
-			if f.req.Stale != nil {
-				f.req.Stale(b.ID)
-			}
 			errs = append(errs, fmt.Errorf("%s: %w", b.ID, errStale))
 			continue // nothing was done there: the next capable one may answer
 		}
 		if err == nil {
+			done(nil)
 			resp.Header.Set(HeaderServer, b.ID)
 			if f.req.LongRunning {
 				resp.Body = cleanEnd{resp.Body}
@@ -231,16 +250,26 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", b.ID, err))
-		if req.Context().Err() != nil {
-			break // the client left: no failure of the server's
+		if cerr := callerFault(req, body, at, err); cerr != nil {
+			// The caller's own doing: no server failed, nothing to retry.
+			done(errCaller)
+			return nil, cerr
 		}
-		if connected {
-			// Bytes of the request may have reached the server: never
+		done(err)
+		kind := FailRequest
+		if at.dialFailed {
+			kind = FailConnect
+		}
+		f.failed(b.ID, kind, err)
+		if at.connected && !f.retry {
+			// Bytes of a write may have reached the server: never
 			// send them again.
-			f.failed(b.ID, FailRequest, err)
 			break
 		}
-		f.failed(b.ID, FailConnect, err)
+		if i == len(candidates)-1 && f.retry && more != nil {
+			candidates = append(candidates[:len(candidates):len(candidates)], more()...)
+			more = nil
+		}
 	}
 	return nil, &forwardError{errors.Join(errs...)}
 }
@@ -251,13 +280,98 @@ func (f *failover) failed(id string, kind FailureKind, err error) {
 	}
 }
 
-// roundTrip sends req to b and reports whether a connection was obtained,
-// i.e. whether any byte of the request may have been sent.
-func roundTrip(req *http.Request, b *Backend, fr Request) (*http.Response, bool, error) {
-	var connected atomic.Bool
-	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }}
+// attempt is what happened to one exchange on its way to a server.
+type attempt struct {
+	// connected: a connection was obtained, so bytes of the request may
+	// have been sent.
+	connected bool
+	// dialFailed: dialing or the TLS handshake failed. Only this, or a
+	// connection that broke, is the server's failure; a request the
+	// transport refused before either (an invalid method or header) is
+	// the caller's.
+	dialFailed bool
+}
+
+// roundTrip sends req to b and reports how far it got.
+func roundTrip(req *http.Request, b *Backend, fr Request) (*http.Response, attempt, error) {
+	var connected, dialFailed atomic.Bool
+	trace := &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
+		ConnectDone: func(_, _ string, err error) {
+			if err != nil {
+				dialFailed.Store(true)
+			}
+		},
+		TLSHandshakeDone: func(_ tls.ConnectionState, err error) {
+			if err != nil {
+				dialFailed.Store(true)
+			}
+		},
+	}
 	resp, err := b.Do(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), fr.Anonymous, fr.SetIdentity)
-	return resp, connected.Load(), err
+	return resp, attempt{connected: connected.Load(), dialFailed: dialFailed.Load()}, err
+}
+
+// errCaller is what the breaker is told of an exchange the caller ended
+// or spoiled: excluded, it counts neither way.
+var errCaller = errors.New("the caller's request failed, not the server")
+
+// CallerError is a request that failed through the caller's own doing: it
+// left, its body could not be read, or the transport refused to send it.
+// It is answered 400 (or not at all, to a caller that left), and never
+// counts against a server.
+type CallerError struct{ Err error }
+
+func (e *CallerError) Error() string { return "the request could not be forwarded: " + e.Err.Error() }
+func (e *CallerError) Unwrap() error { return e.Err }
+
+// callerFault returns a CallerError when err is the caller's doing: its
+// context ended, reading its body failed, or neither a connection was
+// obtained nor a dial failed (the transport refused the request itself).
+func callerFault(req *http.Request, body *bodyReader, at attempt, err error) error {
+	switch {
+	case req.Context().Err() != nil:
+		return &CallerError{req.Context().Err()}
+	case body != nil && body.failed() != nil:
+		return &CallerError{body.failed()}
+	case !at.connected && !at.dialFailed:
+		return &CallerError{err}
+	}
+	return nil
+}
+
+// bodyReader records an error reading the caller's body: a malformed
+// chunk, a caller that left mid-upload.
+type bodyReader struct {
+	io.ReadCloser
+	mu  sync.Mutex
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		b.mu.Lock()
+		b.err = err
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+func (b *bodyReader) failed() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// callerBody wraps req's body (if any) in a bodyReader.
+func callerBody(req *http.Request) *bodyReader {
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil
+	}
+	b := &bodyReader{ReadCloser: req.Body}
+	req.Body = b
+	return b
 }
 
 type forwardError struct{ err error }
@@ -274,6 +388,12 @@ const Unreachable = "the apiserver for this request is unreachable; retry"
 func (rs responder) Error(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(r.Context().Err(), context.Canceled) {
 		return // the client left; nobody to answer
+	}
+	if ce := (*CallerError)(nil); errors.As(err, &ce) {
+		w.Header().Set(HeaderRoute, "rejected")
+		w.Header().Set(HeaderServer, "skewgate")
+		Error(w, r, apierrors.NewBadRequest(ce.Error()))
+		return
 	}
 	if !rs.show {
 		Unavailable(w, r, Unreachable)

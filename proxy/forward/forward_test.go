@@ -8,6 +8,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -17,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -278,5 +281,119 @@ func TestBreakerStopsSendingToAFailingPeer(t *testing.T) {
 	}
 	if n := hits.Load(); n != 5 {
 		t.Errorf("the failing peer got %d of 8 requests, want 5 before the breaker opened", n)
+	}
+}
+
+// Bug: a method the outgoing transport refuses ("GET X", which Go's HTTP/2
+// server accepts) failed before any connection and counted as the server
+// failing to connect: one anonymous request took a healthy server out of
+// routing. The caller gets 400; no server is blamed.
+func TestRefusedRequestIsTheCallers(t *testing.T) {
+	up := newUpstream(t)
+	b := backendFor(t, "peer", up.Server, trustFor(t, up.Server))
+	b.BreakOnFailures()
+	var failed []string
+	for range 6 {
+		r := httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil)
+		r.Method = "GET X"
+		w := httptest.NewRecorder()
+		Forward(w, r, Request{Candidates: []*Backend{b}, Idempotent: true, Anonymous: true,
+			Failed: func(id string, kind FailureKind, _ error) { failed = append(failed, id+"/"+string(kind)) }})
+		if w.Code != http.StatusBadRequest {
+			t.Fatalf("invalid method: %d %s, want 400", w.Code, w.Body)
+		}
+	}
+	if len(failed) != 0 {
+		t.Errorf("the server was blamed: %v", failed)
+	}
+	w := httptest.NewRecorder()
+	Forward(w, httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil), Request{Candidates: []*Backend{b}, Idempotent: true})
+	if w.Code != http.StatusOK {
+		t.Errorf("a good request after the refused ones: %d %s", w.Code, w.Body)
+	}
+}
+
+// Bug: five requests whose bodies could not be read (an invalid chunk
+// size) each counted as the peer failing, and opened its breaker for
+// everyone. A caller's body is the caller's: 400, and the peer stays in.
+func TestMalformedBodyIsTheCallers(t *testing.T) {
+	var hits atomic.Int32
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.Copy(io.Discard, r.Body)
+	}))
+	defer up.Close()
+	b := backendFor(t, "peer", up, trustFor(t, up))
+	b.BreakOnFailures()
+	var failed []string
+	for i := range 6 {
+		body := io.MultiReader(strings.NewReader("{"), iotest.ErrReader(errors.New("invalid byte in chunk length")))
+		r := httptest.NewRequest(http.MethodPost, "/api/v1/namespaces/n/configmaps", body)
+		w := httptest.NewRecorder()
+		Forward(w, r, Request{Candidates: []*Backend{b}, Anonymous: true,
+			Failed: func(id string, kind FailureKind, _ error) { failed = append(failed, id+"/"+string(kind)) }})
+		if w.Code != http.StatusBadRequest {
+			t.Fatalf("request %d with a malformed body: %d %s, want 400", i, w.Code, w.Body)
+		}
+	}
+	if len(failed) != 0 {
+		t.Errorf("the peer was blamed for the callers' bodies: %v", failed)
+	}
+	w := httptest.NewRecorder()
+	Forward(w, httptest.NewRequest(http.MethodPost, "/api/v1/namespaces/n/configmaps", strings.NewReader("{}")), Request{Candidates: []*Backend{b}})
+	if w.Code != http.StatusOK {
+		t.Errorf("a well-formed request after them: %d %s (circuit open?)", w.Code, w.Body)
+	}
+}
+
+// Both 404s kube-apiserver gives for a type it lacks are recognised where
+// routing chose the server for that type; Stale decides whether it is kept
+// from the caller (a stale discovery) or passed on (the type's own).
+func TestTypeNotFoundGuard(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		stale      bool
+		want       int
+	}{
+		{"status under a served group", `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","details":{},"code":404}`, true, 503},
+		{"plain page of a group not served", "404 page not found\n", true, 503},
+		{"the type's own 404, confirmed", "404 page not found\n", false, 404},
+		{"an object that does not exist", `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"configmaps \"x\" not found","reason":"NotFound","details":{"name":"x","kind":"configmaps"},"code":404}`, true, 404},
+		{"a body that merely contains the page text", "<html>404 page not found, try elsewhere</html>", true, 404},
+	} {
+		up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, tc.body)
+		}))
+		b := backendFor(t, "peer", up, trustFor(t, up))
+		var asked []string
+		w := httptest.NewRecorder()
+		Forward(w, httptest.NewRequest(http.MethodGet, "/apis/g/v/rs", nil), Request{Candidates: []*Backend{b}, Idempotent: true,
+			Listed: true, Stale: func(id string) bool { asked = append(asked, id); return tc.stale }})
+		if w.Code != tc.want {
+			t.Errorf("%s: %d %s, want %d", tc.name, w.Code, w.Body, tc.want)
+		}
+		up.Close()
+	}
+}
+
+// Only what kube-apiserver runs long is spliced as an upgrade or skips the
+// in-flight limit: "Connection: x-upgrade" on a list does neither.
+func TestUpgradeHeaderDoesNotSkipTheLimit(t *testing.T) {
+	release, arrived := make(chan struct{}), make(chan struct{}, 10)
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { arrived <- struct{}{}; <-release }))
+	defer up.Close()
+	defer close(release)
+	b := backendFor(t, "peer", up, trustFor(t, up))
+	b.LimitInFlight(1)
+	go Forward(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/slow", nil), Request{Candidates: []*Backend{b}})
+	<-arrived
+	r := httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil)
+	r.Header.Set("Connection", "x-upgrade")
+	r.Header.Set("Upgrade", "websocket")
+	w := httptest.NewRecorder()
+	Forward(w, r, Request{Candidates: []*Backend{b}})
+	if w.Code != http.StatusTooManyRequests {
+		t.Fatalf("a list naming an upgrade over the limit: %d, want 429", w.Code)
 	}
 }

@@ -14,6 +14,21 @@ import (
 // ErrNotProxy is a probe answered by the apiserver itself: steering lapsed.
 var ErrNotProxy = errors.New("steered address answered without skewgate")
 
+// HeaderProbe marks skewgate's own steering probe. skewgate answers it
+// itself, for a caller with the front-proxy certificate: the probe asks
+// whether new connections reach skewgate, which must not depend on the
+// local apiserver's health — while it restarts skewgate serves its
+// clients through peers, and steering must hold exactly then.
+const HeaderProbe = "X-Skewgate-Probe"
+
+// AnswerProbe answers a steering probe.
+func AnswerProbe(w http.ResponseWriter) {
+	w.Header().Set(HeaderRoute, "self")
+	w.Header().Set(HeaderServer, "skewgate")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok"))
+}
+
 // ProxyProbe returns a check that a new connection to dial is answered by
 // skewgate: dial is the steered address itself, or skewgate's listener.
 // Either way the request is for the steered address, whose IP the serving
@@ -34,6 +49,7 @@ func ProxyProbe(dial, steered netip.AddrPort, trust Trust, userAgent string) fun
 		// A fresh connection each time: only new connections are steered.
 		req.Close = true
 		req.Header.Set("User-Agent", userAgent)
+		req.Header.Set(HeaderProbe, "steering")
 		resp, err := client.Do(req)
 		if err != nil {
 			return err

@@ -36,6 +36,8 @@ func (m *Members) probeLoop(ctx context.Context, s *server, c *http.Client) {
 				m.mu.Unlock()
 			}
 			m.publish()
+		} else if s.local && s.settling(time.Now()) {
+			m.publish() // the local server's settle time may have passed
 		}
 		select {
 		case <-ctx.Done():

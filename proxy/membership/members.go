@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/transport"
 
 	"github.com/skewgate/skewgate/proxy/discovery"
@@ -217,14 +218,28 @@ func (m *Members) RefreshSoon() {
 	}
 }
 
-// Recheck re-reads server id's discovery at once: it denied serving a
-// resource its discovery lists (it restarted on another version).
-func (m *Members) Recheck(id string) {
+// DeniedListed judges a 404 of server id saying it has no type gvr, which
+// its discovery lists. It reports true (stale: keep the 404 from the
+// caller, answer 503 or ask another server) while the server's discovery
+// may be out of date, and re-reads it, at most once a second: the server
+// may have restarted on another version. Once a discovery read that began
+// after such a denial still lists the type, the 404 is the type's own
+// (an aggregated API's backend, say) and false is reported for it until
+// the server's discovery or health changes.
+func (m *Members) DeniedListed(id string, gvr schema.GroupVersionResource) bool {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if k, ok := m.kicks[id]; ok {
+	s, ok := m.servers[id]
+	k := m.kicks[id]
+	m.mu.Unlock()
+	if !ok {
+		return true
+	}
+	st := m.store.Snapshot().Servers[id]
+	reread := s.denied(gvr, st.Doc, st.FetchedAt, st.Capabilities.Serves(gvr, ""), time.Now())
+	if reread {
 		kick(k)
 	}
+	return s.deniedStale(gvr, st.Doc)
 }
 
 func kick(k chan struct{}) {

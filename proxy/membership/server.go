@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/skewgate/skewgate/proxy/discovery"
 	"github.com/skewgate/skewgate/proxy/forward"
 )
@@ -50,6 +52,8 @@ type server struct {
 	downSince   time.Time
 	unconfirmed bool
 	upGen       uint64 // counts returns to health
+	upSince     time.Time
+	downs       []time.Time // when it went down, within flapWindow
 	// preDown is what it served when it went down; lost is that, kept
 	// until lostUntil, when it came back serving less.
 	preDown    *discovery.Capabilities
@@ -57,8 +61,47 @@ type server struct {
 	lost       *discovery.Capabilities
 	lostDoc    *discovery.Doc
 	lostUntil  time.Time
+	// deniedAt is when the server last answered that it has no type its
+	// discovery lists; genuine holds the types whose such answers a
+	// discovery read after the denial confirmed as the type's own, by the
+	// doc that confirmed them.
+	deniedAt time.Time
+	genuine  map[schema.GroupVersionResource]*discovery.Doc
 	// stop ends its probe and refresh loops.
 	stop func()
+}
+
+// deniedReread is how long after a denial a discovery read confirms it,
+// and how often a denial may ask for one.
+const deniedReread = time.Second
+
+// denied records a denial of gvr, which the server's discovery (doc, read
+// at fetched) lists while listed, and reports whether to re-read it now.
+func (s *server) denied(gvr schema.GroupVersionResource, doc *discovery.Doc, fetched time.Time, listed bool, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if doc != nil && s.genuine[gvr] == doc {
+		return false
+	}
+	if listed && !s.deniedAt.IsZero() && fetched.After(s.deniedAt) && now.Sub(s.deniedAt) < 10*deniedReread {
+		if s.genuine == nil {
+			s.genuine = map[schema.GroupVersionResource]*discovery.Doc{}
+		}
+		s.genuine[gvr] = doc
+		return false
+	}
+	if now.Sub(s.deniedAt) < deniedReread {
+		return false // a read is under way
+	}
+	s.deniedAt = now
+	return true
+}
+
+// deniedStale reports whether a denial of gvr is to be kept from callers.
+func (s *server) deniedStale(gvr schema.GroupVersionResource, doc *discovery.Doc) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return doc == nil || s.genuine[gvr] != doc
 }
 
 // setDeparted marks the server as gone from membership at t (zero: back).
@@ -118,9 +161,51 @@ func (s *server) noteTransition(was bool, at time.Time) {
 	switch {
 	case was && !s.healthy:
 		s.downSince, s.unconfirmed = at, true
+		s.genuine = nil // it may come back on another version
+		s.downs = append(recent(s.downs, at), at)
 	case !was && s.healthy:
 		s.upGen++
+		s.upSince = at
 	}
+}
+
+// recent keeps the times within flapWindow before now.
+func recent(times []time.Time, now time.Time) []time.Time {
+	out := times[:0]
+	for _, t := range times {
+		if now.Sub(t) < flapWindow {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// A local server that went down twice within flapWindow (a flapping
+// /readyz: etcd trouble) is routed to again only after it stayed healthy
+// for settleTime: the node's load must not bounce between it and the
+// peers with every probe.
+const (
+	flapWindow = time.Minute
+	settleTime = 10 * time.Second
+)
+
+// inRouting reports whether the local server takes its requests at now:
+// healthy, its discovery read again since it returned (it may have come
+// back on another version), and settled if it flapped.
+func (s *server) inRouting(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.healthy || s.unconfirmed {
+		return false
+	}
+	return len(recent(s.downs, now)) < 2 || now.Sub(s.upSince) >= settleTime
+}
+
+// settling reports whether inRouting will change with time alone.
+func (s *server) settling(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.healthy && !s.unconfirmed && len(recent(s.downs, now)) >= 2 && now.Sub(s.upSince) < settleTime
 }
 
 // confirmable returns the return count a discovery read starts under.

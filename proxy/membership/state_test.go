@@ -70,8 +70,8 @@ func TestStateRoundTrip(t *testing.T) {
 	}
 	next.store.Record(next.localID, &discovery.Doc{}, nil) // the local server serves no workloads
 	next.publish()
-	if d := route.Decide(workloads, next.Table(), false, "c"); d.Route != route.Unavailable || d.Rule != 5 {
-		t.Errorf("workloads after restore: %s rule %d (%s), want unavailable by rule 5", d.Route, d.Rule, d.Reason)
+	if d := route.Decide(workloads, next.Table(), false, "c"); d.Route != route.Unavailable || d.Rule != route.RuleUnavailable {
+		t.Errorf("workloads after restore: %s rule %s (%s), want unavailable by rule 5", d.Route, d.Rule, d.Reason)
 	}
 }
 

@@ -16,15 +16,23 @@ func (m *Members) publish() {
 	m.pubMu.Lock()
 	defer m.pubMu.Unlock()
 	m.mu.Lock()
+	now := time.Now()
 	var healthy []string
 	statuses := make(map[string]Status, len(m.servers))
 	doubts := make(map[string]doubt, len(m.servers))
+	localInRouting := false
 	for id, s := range m.servers {
 		st := s.status()
 		statuses[id] = st
 		doubts[id] = s.doubt()
-		if st.Healthy && st.Departed == nil {
+		// The merged view keeps the local server's last document while
+		// it is away: a restart of the node's own apiserver must not
+		// make its types vanish from discovery (or fail it).
+		if st.Healthy && st.Departed == nil || st.Local {
 			healthy = append(healthy, id)
+		}
+		if st.Local {
+			localInRouting = s.inRouting(now)
 		}
 	}
 	onChange := m.cfg.OnChange
@@ -34,7 +42,6 @@ func (m *Members) publish() {
 	m.store.SetAway(awayDocs(m.store.Snapshot(), statuses, doubts, time.Now(), m.cfg.DepartGrace))
 	snap := m.store.Snapshot()
 	t := &route.Table{}
-	now := time.Now()
 	for id, st := range statuses {
 		rs := route.Server{ID: id, Healthy: st.Healthy, Latency: st.Latency, Departed: st.Departed != nil}
 		if c := snap.Capabilities(id); c != nil {
@@ -56,6 +63,7 @@ func (m *Members) publish() {
 			}
 		}
 		if st.Local {
+			rs.Healthy = localInRouting // rule 3a: away until back, confirmed and settled
 			t.SetLocal(rs)
 		} else {
 			t.Peers = append(t.Peers, rs)

@@ -45,6 +45,45 @@ type Request struct {
 	// empty for /apis/<g>.
 	GV   schema.GroupVersion
 	Path string
+	// Namespace and Name are the object's, as RequestInfoFactory parsed
+	// them from the path.
+	Namespace, Name string
+	// longRunning is kube-apiserver's own verdict (watch, proxy, and the
+	// attach, exec, log, portforward and proxy subresources).
+	longRunning bool
+}
+
+// LongRunning reports whether kube-apiserver treats the request as long
+// running (exempt from its max-requests-inflight): watches, proxying,
+// logs and the streaming subresources. Nothing else is, whatever headers
+// a client sends.
+func (r Request) LongRunning() bool { return r.longRunning }
+
+// connectSubresources answer with what a pod, service or node's backend
+// sends, which the caller controls: their 404s say nothing about the type.
+var connectSubresources = map[string]bool{"proxy": true, "exec": true, "attach": true, "portforward": true}
+
+// AsksForType reports whether a 404 "the server could not find the
+// requested resource" (or the plain "404 page not found") to the request,
+// from a server c describes, can only mean that the server lacks the type:
+// the request is for a resource in a shape the type's routes take (a
+// namespaced resource named without a namespace, or a cluster-scoped one
+// under a namespace, have no route on any server, so their 404 is
+// genuine), and not through a subresource whose answer is a backend's.
+func (r Request) AsksForType(c Capabilities) bool {
+	if r.Kind != Resource || connectSubresources[r.Subresource] || c == nil {
+		return false
+	}
+	namespaced, ok := c.Namespaced(r.GVR)
+	switch {
+	case !ok:
+		return false
+	case r.GVR.Group == "" && r.GVR.Resource == "namespaces":
+		return true // RequestInfoFactory names a namespace's own namespace
+	case namespaced:
+		return r.Namespace != "" || r.Name == ""
+	}
+	return r.Namespace == ""
 }
 
 // Watch reports whether the request sets up a watch.
@@ -65,6 +104,21 @@ func (r Request) Idempotent() bool {
 // request is understood exactly as kube-apiserver understands it.
 type Classifier struct{ f *request.RequestInfoFactory }
 
+// kube-apiserver's long-running verbs and subresources, as it passes them
+// to filters.BasicLongRunningRequestCheck (pkg/controlplane/apiserver/
+// options); that package would bring etcd's client into skewgate.
+var (
+	longRunningVerbs        = sets.NewString("watch", "proxy")
+	longRunningSubresources = sets.NewString("attach", "exec", "proxy", "log", "portforward")
+)
+
+// longRunning is filters.BasicLongRunningRequestCheck.
+func longRunning(info *request.RequestInfo) bool {
+	return longRunningVerbs.Has(info.Verb) ||
+		info.IsResourceRequest && longRunningSubresources.Has(info.Subresource) ||
+		!info.IsResourceRequest && strings.HasPrefix(info.Path, "/debug/pprof/")
+}
+
 // NewClassifier returns a Classifier for the standard /api and /apis
 // prefixes.
 func NewClassifier() *Classifier {
@@ -81,11 +135,11 @@ func (c *Classifier) Classify(r *http.Request) (Request, error) {
 	if err != nil {
 		return Request{}, fmt.Errorf("classify %s %s: %w", r.Method, r.URL.Path, err)
 	}
-	req := Request{Verb: info.Verb, Path: info.Path}
+	req := Request{Verb: info.Verb, Path: info.Path, longRunning: longRunning(info)}
 	if info.IsResourceRequest {
 		req.Kind = Resource
 		req.GVR = schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource}
-		req.Subresource = info.Subresource
+		req.Subresource, req.Namespace, req.Name = info.Subresource, info.Namespace, info.Name
 		return req, nil
 	}
 	req.Kind, req.GV = classifyPath(info.Path)

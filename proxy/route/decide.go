@@ -29,11 +29,19 @@ type Capabilities interface {
 	Serves(gvr schema.GroupVersionResource, subresource string) bool
 	ServesGroupVersion(gv schema.GroupVersion) bool
 	ServesGroup(group string) bool
+	// Namespaced reports the resource's scope, and whether it is served.
+	Namespaced(gvr schema.GroupVersionResource) (namespaced, ok bool)
+	// Resources lists the resources and "resource/subresource"s the
+	// server's document for gv lists, sorted. Shared: do not modify.
+	Resources(gv schema.GroupVersion) []string
 }
 
 // Server is one apiserver as routing sees it at one moment.
 type Server struct {
-	ID      string
+	ID string
+	// Healthy: its /readyz probes pass and its connections work. For the
+	// local server it also means back in routing: its discovery was read
+	// again since it returned, and it is not flapping (see rule 3a).
 	Healthy bool
 	// Latency is the recent round trip to the server; peers with less are
 	// preferred.
@@ -81,6 +89,19 @@ func (t *Table) localServers() []string {
 	return []string{t.Local.ID}
 }
 
+// Rule names a row of the routing contract (docs/routing.md).
+type Rule string
+
+const (
+	RuleNotResource Rule = "1"  // health, version, metrics, merged discovery: the local server's own
+	RuleMarked      Rule = "2"  // a peer's forwarded request: answered locally
+	RuleLocal       Rule = "3"  // the local server serves it and is in routing
+	RuleLocalAway   Rule = "3a" // the local server serves it but is away: capable peers
+	RulePeer        Rule = "4"  // healthy peers serve it
+	RuleUnavailable Rule = "5"  // only servers that cannot answer now serve it: 503
+	RuleNobody      Rule = "6"  // nobody serves it: the local server's genuine 404
+)
+
 // Decision is the outcome for one request.
 type Decision struct {
 	Route Route
@@ -88,8 +109,34 @@ type Decision struct {
 	// for Local, capable healthy peers for Peer (a failover walks them),
 	// the capable but unreachable ones for Unavailable.
 	Servers []string
-	Rule    int
+	Rule    Rule
 	Reason  string
+}
+
+// Listed reports whether the servers were chosen because their discovery
+// lists the requested type (rules 3, 3a and 4): a "type not found" 404
+// from one of them means its discovery is out of date, not that the type
+// is absent.
+func (d Decision) Listed() bool {
+	return d.Rule == RuleLocal || d.Rule == RuleLocalAway || d.Rule == RulePeer
+}
+
+// Absent reports whether no server was found serving the request (rule
+// 6): perhaps a type appeared (a CRD) that no discovery read yet lists.
+func (d Decision) Absent() bool { return d.Rule == RuleNobody }
+
+// NamesType reports whether the decision names a type some server's
+// discovery lists, so the request's GVR may label a metric: bounded by
+// discovery, never by what clients send. localServes says whether the
+// local server lists it.
+func (d Decision) NamesType(localServes bool) bool {
+	switch d.Rule {
+	case RuleLocalAway, RulePeer, RuleUnavailable:
+		return true
+	case RuleLocal, RuleMarked:
+		return localServes
+	}
+	return false
 }
 
 // Decide applies the routing contract (DESIGN.md, "Routing rules") to a
@@ -99,19 +146,40 @@ type Decision struct {
 // has marked set and is always local: one hop, never a loop.
 func Decide(req Request, t *Table, marked bool, clientKey string) Decision {
 	if marked {
-		return local(t, 2, "marked as proxied by a peer: answered locally, never proxied twice")
+		return local(t, RuleMarked, "marked as proxied by a peer: answered locally, never proxied twice")
 	}
 	q := question{req}
 	if !q.asks() {
-		return local(t, 1, alwaysLocal[req.Kind])
+		return local(t, RuleNotResource, alwaysLocal[req.Kind])
+	}
+	if !t.Local.Healthy && (t.Local.Caps == nil || q.of(t.Local.Caps)) {
+		return localAway(q, t, clientKey)
 	}
 	if t.Local.Caps == nil {
-		return local(t, 3, "local discovery not fetched yet: answered locally")
+		return local(t, RuleLocal, "local discovery not fetched yet: answered locally")
 	}
 	if q.of(t.Local.Caps) {
-		return local(t, 3, "the local server serves it")
+		if d, ok := fullerDocument(q, t, clientKey); ok {
+			return d
+		}
+		return local(t, RuleLocal, "the local server serves it")
 	}
-	var healthy, down []Server
+	healthy, down := capablePeers(q, t)
+	if len(healthy) > 0 {
+		order(healthy, req, clientKey)
+		return Decision{Route: Peer, Servers: ids(healthy), Rule: RulePeer,
+			Reason: fmt.Sprintf("local server does not serve %s; %d healthy peer(s) do", q.what(), len(healthy))}
+	}
+	if len(down) > 0 {
+		return Decision{Route: Unavailable, Servers: ids(down), Rule: RuleUnavailable,
+			Reason: fmt.Sprintf("only unhealthy or departed peers serve %s", q.what())}
+	}
+	return unservedLocally(q, t)
+}
+
+// capablePeers splits the peers whose discovery lists what q asks into
+// those routing may use and those it may not (down or departed).
+func capablePeers(q question, t *Table) (healthy, down []Server) {
 	for _, p := range t.Peers {
 		if p.Caps == nil || !q.of(p.Caps) {
 			continue
@@ -122,16 +190,90 @@ func Decide(req Request, t *Table, marked bool, clientKey string) Decision {
 			down = append(down, p)
 		}
 	}
-	if len(healthy) > 0 {
-		order(healthy, req, clientKey)
-		return Decision{Route: Peer, Servers: ids(healthy), Rule: 4,
-			Reason: fmt.Sprintf("local server does not serve %s; %d healthy peer(s) do", q.what(), len(healthy))}
+	return healthy, down
+}
+
+// localAway decides for a request the local server would answer while it
+// is away (draining, down, starting, or back but not yet confirmed): the
+// healthy peers that serve it take it, reads and writes alike, since
+// nothing was sent to the local server. With none, the local server is
+// still tried: a draining server may yet answer, and a dead one gets the
+// caller a 503 from the forwarder, never a peer's stand-in answer.
+func localAway(q question, t *Table, clientKey string) Decision {
+	healthy, _ := capablePeers(q, t)
+	if len(healthy) == 0 {
+		return local(t, RuleLocalAway, "the local server is away and no healthy peer serves "+q.what()+": tried locally")
 	}
-	if len(down) > 0 {
-		return Decision{Route: Unavailable, Servers: ids(down), Rule: 5,
-			Reason: fmt.Sprintf("only unhealthy or departed peers serve %s", q.what())}
+	order(healthy, q.req, clientKey)
+	return Decision{Route: Peer, Servers: ids(healthy), Rule: RuleLocalAway,
+		Reason: fmt.Sprintf("the local server is away; %d healthy peer(s) serve %s", len(healthy), q.what())}
+}
+
+// Fallback lists, for a request routed to the local server, the healthy
+// peers that serve it too, in order of preference: where an idempotent
+// request goes when the local server fails it before answering.
+func Fallback(req Request, t *Table, clientKey string) []string {
+	q := question{req}
+	if !q.asks() {
+		return nil
 	}
-	return unservedLocally(q, t)
+	healthy, _ := capablePeers(q, t)
+	order(healthy, req, clientKey)
+	return ids(healthy)
+}
+
+// fullerDocument sends a request for one group-version's document
+// (/apis/<g>/<v>, /openapi/v3/apis/<g>/<v>) that the local server serves
+// to a healthy peer whose document lists everything any healthy server's
+// lists for it, when the local one lacks something: the merged /apis
+// lists a type a peer added to a shared group-version, and clients that
+// read the per-group-version document must find it there too.
+func fullerDocument(q question, t *Table, clientKey string) (Decision, bool) {
+	if q.req.Kind == Resource || q.req.GV.Version == "" {
+		return Decision{}, false
+	}
+	own := t.Local.Caps.Resources(q.req.GV)
+	healthy, _ := capablePeers(q, t)
+	var adding, complete []Server
+	for _, p := range healthy {
+		if !covers(own, p.Caps.Resources(q.req.GV)) {
+			adding = append(adding, p)
+		}
+	}
+	if len(adding) == 0 {
+		return Decision{}, false
+	}
+	// Prefer peers whose document lists all the others list too; with
+	// none (each adds something different), any that adds.
+	for _, p := range adding {
+		all := true
+		for _, o := range adding {
+			all = all && covers(p.Caps.Resources(q.req.GV), o.Caps.Resources(q.req.GV))
+		}
+		if all && covers(p.Caps.Resources(q.req.GV), own) {
+			complete = append(complete, p)
+		}
+	}
+	if len(complete) > 0 {
+		adding = complete
+	}
+	order(adding, q.req, clientKey)
+	return Decision{Route: Peer, Servers: ids(adding), Rule: RulePeer,
+		Reason: fmt.Sprintf("%d healthy peer(s) list resources of %s that the local server does not", len(adding), q.what())}, true
+}
+
+// covers reports whether sorted list a contains every element of sorted b.
+func covers(a, b []string) bool {
+	i := 0
+	for _, x := range b {
+		for i < len(a) && a[i] < x {
+			i++
+		}
+		if i == len(a) || a[i] != x {
+			return false
+		}
+	}
+	return true
 }
 
 // unservedLocally decides for a request no healthy or unhealthy peer's
@@ -148,14 +290,14 @@ func unservedLocally(q question, t *Table) Decision {
 		}
 	}
 	if len(lost) > 0 {
-		return Decision{Route: Unavailable, Servers: ids(lost), Rule: 5,
+		return Decision{Route: Unavailable, Servers: ids(lost), Rule: RuleUnavailable,
 			Reason: fmt.Sprintf("%d server(s) served %s before they restarted on another version, within the grace", len(lost), q.what())}
 	}
 	if len(unknown) > 0 {
-		return Decision{Route: Unavailable, Servers: ids(unknown), Rule: 5,
+		return Decision{Route: Unavailable, Servers: ids(unknown), Rule: RuleUnavailable,
 			Reason: fmt.Sprintf("local server does not serve %s and what %d peer(s) serve is not known yet", q.what(), len(unknown))}
 	}
-	return local(t, 6, "no server serves "+q.what()+": the local server's 404 is genuine")
+	return local(t, RuleNobody, "no server serves "+q.what()+": the local server's 404 is genuine")
 }
 
 // alwaysLocal are rule 1's reasons, by kind.
@@ -167,7 +309,7 @@ var alwaysLocal = func() map[Kind]string {
 	return m
 }()
 
-func local(t *Table, rule int, reason string) Decision {
+func local(t *Table, rule Rule, reason string) Decision {
 	return Decision{Route: Local, Servers: t.localServers(), Rule: rule, Reason: reason}
 }
 

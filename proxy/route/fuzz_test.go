@@ -36,8 +36,8 @@ func FuzzClassifyDecide(f *testing.F) {
 		switch {
 		case marked && d.Route != Local:
 			t.Fatalf("marked %s %s went %s", method, path, d.Route)
-		case d.Rule < 1 || d.Rule > 6:
-			t.Fatalf("rule %d", d.Rule)
+		case !validRules[d.Rule]:
+			t.Fatalf("rule %q", d.Rule)
 		case d.Route == Peer:
 			for _, id := range d.Servers {
 				if id != "peer:6443" {
@@ -49,6 +49,9 @@ func FuzzClassifyDecide(f *testing.F) {
 		}
 	})
 }
+
+var validRules = map[Rule]bool{RuleNotResource: true, RuleMarked: true, RuleLocal: true, RuleLocalAway: true,
+	RulePeer: true, RuleUnavailable: true, RuleNobody: true}
 
 // fuzzTable has a local server without scheduling.k8s.io/v1alpha2, a
 // healthy peer with it, and a departed one.

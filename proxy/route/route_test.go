@@ -20,13 +20,16 @@ func TestClassify(t *testing.T) {
 		method, path string
 		want         Request
 	}{
-		{"GET", "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads", Request{Kind: Resource, Verb: "list", GVR: workloads}},
-		{"GET", "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads?watch=true", Request{Kind: Resource, Verb: "watch", GVR: workloads}},
+		{"GET", "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads", Request{Kind: Resource, Verb: "list", GVR: workloads, Namespace: "default"}},
+		{"GET", "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads?watch=true", Request{Kind: Resource, Verb: "watch", GVR: workloads, Namespace: "default", longRunning: true}},
 		{"GET", "/apis/scheduling.k8s.io/v1alpha2/workloads", Request{Kind: Resource, Verb: "list", GVR: workloads}},
-		{"POST", "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads", Request{Kind: Resource, Verb: "create", GVR: workloads}},
-		{"DELETE", "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads/w", Request{Kind: Resource, Verb: "delete", GVR: workloads}},
-		{"GET", "/api/v1/namespaces/default/pods/p/log", Request{Kind: Resource, Verb: "get", GVR: pods, Subresource: "log"}},
-		{"POST", "/api/v1/namespaces/default/pods/p/exec", Request{Kind: Resource, Verb: "create", GVR: pods, Subresource: "exec"}},
+		{"POST", "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads", Request{Kind: Resource, Verb: "create", GVR: workloads, Namespace: "default"}},
+		{"DELETE", "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads/w", Request{Kind: Resource, Verb: "delete", GVR: workloads, Namespace: "default", Name: "w"}},
+		{"GET", "/api/v1/namespaces/default/pods/p/log", Request{Kind: Resource, Verb: "get", GVR: pods, Subresource: "log", Namespace: "default", Name: "p", longRunning: true}},
+		{"GET", "/api/v1/namespaces/default/pods/p/proxy/x", Request{Kind: Resource, Verb: "get", GVR: pods, Subresource: "proxy", Namespace: "default", Name: "p", longRunning: true}},
+		{"GET", "/api/v1/pods/foo", Request{Kind: Resource, Verb: "get", GVR: pods, Name: "foo"}},
+		{"PATCH", "/api/v1/namespaces/default/configmaps/c", Request{Kind: Resource, Verb: "patch", GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Namespace: "default", Name: "c"}},
+		{"POST", "/api/v1/namespaces/default/pods/p/exec", Request{Kind: Resource, Verb: "create", GVR: pods, Subresource: "exec", Namespace: "default", Name: "p", longRunning: true}},
 		{"GET", "/api/v1/namespaces", Request{Kind: Resource, Verb: "list", GVR: schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}}},
 		{"GET", "/api", Request{Kind: DiscoveryRoot, Verb: "get"}},
 		{"GET", "/apis", Request{Kind: DiscoveryRoot, Verb: "get"}},
@@ -96,6 +99,26 @@ func (c caps) ServesGroup(g string) bool {
 	return false
 }
 
+// Namespaced: in these tables every resource but namespaces and nodes is
+// namespaced.
+func (c caps) Namespaced(gvr schema.GroupVersionResource) (bool, bool) {
+	if !c.Serves(gvr, "") {
+		return false, false
+	}
+	return gvr.Resource != "namespaces" && gvr.Resource != "nodes", true
+}
+
+func (c caps) Resources(gv schema.GroupVersion) []string {
+	var out []string
+	for k := range c {
+		if _, v := gvOf(k); v == gv.Group+"/"+gv.Version {
+			out = append(out, strings.SplitN(k, "/", 3)[2])
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // gvOf splits a caps key into its group and group/version.
 func gvOf(k string) (group, gv string) {
 	p := strings.SplitN(k, "/", 3)
@@ -131,48 +154,107 @@ func TestDecide(t *testing.T) {
 	rolledBack.Lost = newCaps
 	localRolledBack := table(oldCaps)
 	localRolledBack.Local.Lost = newCaps
+	away := func(local Capabilities, peers ...Server) *Table {
+		t := table(local, peers...)
+		t.Local.Healthy = false
+		return t
+	}
+	admission := caps{"admissionregistration.k8s.io/v1/validatingadmissionpolicies": true}
+	admissionNew := caps{"admissionregistration.k8s.io/v1/validatingadmissionpolicies": true, "admissionregistration.k8s.io/v1/mutatingadmissionpolicies": true}
+	admissionGV := Request{Kind: DiscoveryGroup, Verb: "get", GV: schema.GroupVersion{Group: "admissionregistration.k8s.io", Version: "v1"}}
+	admissionOpenAPI := admissionGV
+	admissionOpenAPI.Kind = OpenAPIGroupVersion
+	create := pods
+	create.Verb = "create"
 	cases := []struct {
 		name     string
 		req      Request
 		t        *Table
 		fromPeer bool
 		route    Route
-		rule     int
+		rule     Rule
 		servers  []string
 	}{
-		{"non-resource", Request{Kind: Other, Verb: "get"}, table(oldCaps, peer("b", true, 0, newCaps)), false, Local, 1, []string{"a"}},
-		{"verified peer", workloads, table(oldCaps, peer("b", true, 0, newCaps)), true, Local, 2, []string{"a"}},
-		{"local serves", pods, table(oldCaps, peer("b", true, 0, newCaps)), false, Local, 3, []string{"a"}},
-		{"local discovery unknown", workloads, table(nil, peer("b", true, 0, newCaps)), false, Local, 3, []string{"a"}},
-		{"peer serves", workloads, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},
-		{"peer serves subresource", resize, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},
-		{"lowest latency first", workloads, table(oldCaps, peer("b", true, 9*time.Millisecond, newCaps), peer("c", true, time.Millisecond, newCaps)), false, Peer, 4, []string{"c", "b"}},
-		{"unhealthy peer skipped", workloads, table(oldCaps, peer("b", false, 0, newCaps), peer("c", true, 0, newCaps)), false, Peer, 4, []string{"c"}},
-		{"peers down", workloads, table(oldCaps, peer("b", false, 0, newCaps)), false, Unavailable, 5, []string{"b"}},
-		{"departed within grace", workloads, table(oldCaps, departed), false, Unavailable, 5, []string{"c"}},
-		{"peer discovery unknown past the grace", workloads, table(oldCaps, peer("b", true, 0, nil)), false, Local, 6, []string{"a"}},
-		{"peer discovery not known yet", workloads, table(oldCaps, unknown), false, Unavailable, 5, []string{"u"}},
-		{"not known yet, another peer serves", workloads, table(oldCaps, unknown, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},
-		{"not known yet, a peer down serves", workloads, table(oldCaps, unknown, peer("b", false, 0, newCaps)), false, Unavailable, 5, []string{"b"}},
-		{"not known yet, local serves", pods, table(oldCaps, unknown), false, Local, 3, []string{"a"}},
-		{"a peer down may come back serving it", workloads, table(oldCaps, restarting), false, Unavailable, 5, []string{"r"}},
-		{"a peer down, local serves", pods, table(oldCaps, restarting), false, Local, 3, []string{"a"}},
-		{"a peer rolled back within the grace", workloads, table(oldCaps, rolledBack), false, Unavailable, 5, []string{"rb"}},
-		{"the local server rolled back within the grace", workloads, localRolledBack, false, Unavailable, 5, []string{"a"}},
-		{"rolled back, another peer serves", workloads, table(oldCaps, rolledBack, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},
-		{"rolled back, never served it", widgets, table(oldCaps, rolledBack), false, Local, 6, []string{"a"}},
-		{"nobody serves", widgets, table(oldCaps, peer("b", true, 0, newCaps)), false, Local, 6, []string{"a"}},
-		{"group discovery of peer-only group", groupOnly, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},
-		{"openapi of peer-only gv", openapi, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, 4, []string{"b"}},
-		{"openapi of local gv", Request{Kind: OpenAPIGroupVersion, Verb: "get", GV: schema.GroupVersion{Version: "v1"}}, table(oldCaps, peer("b", true, 0, newCaps)), false, Local, 3, []string{"a"}},
+		{"non-resource", Request{Kind: Other, Verb: "get"}, table(oldCaps, peer("b", true, 0, newCaps)), false, Local, "1", []string{"a"}},
+		{"verified peer", workloads, table(oldCaps, peer("b", true, 0, newCaps)), true, Local, "2", []string{"a"}},
+		{"local serves", pods, table(oldCaps, peer("b", true, 0, newCaps)), false, Local, "3", []string{"a"}},
+		{"local discovery unknown", workloads, table(nil, peer("b", true, 0, newCaps)), false, Local, "3", []string{"a"}},
+		{"peer serves", workloads, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, "4", []string{"b"}},
+		{"peer serves subresource", resize, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, "4", []string{"b"}},
+		{"lowest latency first", workloads, table(oldCaps, peer("b", true, 9*time.Millisecond, newCaps), peer("c", true, time.Millisecond, newCaps)), false, Peer, "4", []string{"c", "b"}},
+		{"unhealthy peer skipped", workloads, table(oldCaps, peer("b", false, 0, newCaps), peer("c", true, 0, newCaps)), false, Peer, "4", []string{"c"}},
+		{"peers down", workloads, table(oldCaps, peer("b", false, 0, newCaps)), false, Unavailable, "5", []string{"b"}},
+		{"departed within grace", workloads, table(oldCaps, departed), false, Unavailable, "5", []string{"c"}},
+		{"peer discovery unknown past the grace", workloads, table(oldCaps, peer("b", true, 0, nil)), false, Local, "6", []string{"a"}},
+		{"peer discovery not known yet", workloads, table(oldCaps, unknown), false, Unavailable, "5", []string{"u"}},
+		{"not known yet, another peer serves", workloads, table(oldCaps, unknown, peer("b", true, 0, newCaps)), false, Peer, "4", []string{"b"}},
+		{"not known yet, a peer down serves", workloads, table(oldCaps, unknown, peer("b", false, 0, newCaps)), false, Unavailable, "5", []string{"b"}},
+		{"not known yet, local serves", pods, table(oldCaps, unknown), false, Local, "3", []string{"a"}},
+		{"a peer down may come back serving it", workloads, table(oldCaps, restarting), false, Unavailable, "5", []string{"r"}},
+		{"a peer down, local serves", pods, table(oldCaps, restarting), false, Local, "3", []string{"a"}},
+		{"a peer rolled back within the grace", workloads, table(oldCaps, rolledBack), false, Unavailable, "5", []string{"rb"}},
+		{"the local server rolled back within the grace", workloads, localRolledBack, false, Unavailable, "5", []string{"a"}},
+		{"rolled back, another peer serves", workloads, table(oldCaps, rolledBack, peer("b", true, 0, newCaps)), false, Peer, "4", []string{"b"}},
+		{"rolled back, never served it", widgets, table(oldCaps, rolledBack), false, Local, "6", []string{"a"}},
+		{"nobody serves", widgets, table(oldCaps, peer("b", true, 0, newCaps)), false, Local, "6", []string{"a"}},
+		{"group discovery of peer-only group", groupOnly, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, "4", []string{"b"}},
+		{"openapi of peer-only gv", openapi, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, "4", []string{"b"}},
+		{"openapi of a gv the peer adds a subresource to", Request{Kind: OpenAPIGroupVersion, Verb: "get", GV: schema.GroupVersion{Version: "v1"}}, table(oldCaps, peer("b", true, 0, newCaps)), false, Peer, "4", []string{"b"}},
+		{"openapi of a gv both list alike", Request{Kind: OpenAPIGroupVersion, Verb: "get", GV: schema.GroupVersion{Version: "v1"}}, table(oldCaps, peer("b", true, 0, oldCaps)), false, Local, "3", []string{"a"}},
+		{"gv document a peer adds to", admissionGV, table(admission, peer("b", true, 0, admissionNew)), false, Peer, "4", []string{"b"}},
+		{"openapi document a peer adds to", admissionOpenAPI, table(admission, peer("b", true, 0, admissionNew)), false, Peer, "4", []string{"b"}},
+		{"gv document a peer lists less of", admissionGV, table(admissionNew, peer("b", true, 0, admission)), false, Local, "3", []string{"a"}},
+		{"gv document, the fuller peer down", admissionGV, table(admission, peer("b", false, 0, admissionNew)), false, Local, "3", []string{"a"}},
+		{"local away: a peer serves it", pods, away(oldCaps, peer("b", true, 0, newCaps)), false, Peer, "3a", []string{"b"}},
+		{"local away: writes too", create, away(oldCaps, peer("b", true, 0, newCaps)), false, Peer, "3a", []string{"b"}},
+		{"local away: no healthy peer serves it", pods, away(oldCaps, peer("b", false, 0, newCaps)), false, Local, "3a", []string{"a"}},
+		{"local away, discovery never read", pods, away(nil, peer("b", true, 0, newCaps)), false, Peer, "3a", []string{"b"}},
+		{"local away: non-resource stays local", Request{Kind: Other, Verb: "get"}, away(oldCaps, peer("b", true, 0, newCaps)), false, Local, "1", []string{"a"}},
+		{"local away: a marked request stays local", pods, away(oldCaps, peer("b", true, 0, newCaps)), true, Local, "2", []string{"a"}},
+		{"local away: peer-only type", workloads, away(oldCaps, peer("b", true, 0, newCaps)), false, Peer, "4", []string{"b"}},
+		{"local away: nobody serves", widgets, away(oldCaps, peer("b", true, 0, newCaps)), false, Local, "6", []string{"a"}},
 	}
 	for _, tc := range cases {
 		d := Decide(tc.req, tc.t, tc.fromPeer, "client")
 		if d.Route != tc.route || d.Rule != tc.rule || !slices.Equal(d.Servers, tc.servers) {
-			t.Errorf("%s: got %s rule %d %v (%s), want %s rule %d %v", tc.name, d.Route, d.Rule, d.Servers, d.Reason, tc.route, tc.rule, tc.servers)
+			t.Errorf("%s: got %s rule %s %v (%s), want %s rule %s %v", tc.name, d.Route, d.Rule, d.Servers, d.Reason, tc.route, tc.rule, tc.servers)
 		}
 		if d.Reason == "" {
 			t.Errorf("%s: decision without a reason", tc.name)
+		}
+	}
+}
+
+// A "type not found" 404 means the type is missing only where the request
+// takes one of the type's routes, and never through a connect subresource,
+// whose answer is a backend's.
+func TestAsksForType(t *testing.T) {
+	c := caps{"/v1/pods": true, "/v1/pods/proxy": true, "/v1/pods/exec": true, "/v1/pods/log": true, "/v1/namespaces": true, "/v1/nodes": true, "/v1/nodes/proxy": true}
+	cl := NewClassifier()
+	for _, tc := range []struct {
+		path string
+		want bool
+	}{
+		{"/api/v1/namespaces/default/pods", true},
+		{"/api/v1/pods", true},
+		{"/api/v1/namespaces/default/pods/p", true},
+		{"/api/v1/namespaces/default/pods/p/log", true},
+		{"/api/v1/pods/foo", false}, // no cluster-scoped route for a namespaced type
+		{"/api/v1/nodes/n", true},
+		{"/api/v1/namespaces/default/nodes/n", false}, // no namespaced route for a cluster-scoped type
+		{"/api/v1/namespaces/default", true},
+		{"/api/v1/namespaces/default/pods/p/proxy/healthz", false},
+		{"/api/v1/nodes/n/proxy/metrics", false},
+		{"/api/v1/namespaces/default/pods/p/exec", false},
+		{"/apis/example.com/v1/widgets", false}, // not listed
+		{"/healthz", false},
+	} {
+		req, err := cl.Classify(httptest.NewRequest("GET", tc.path, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := req.AsksForType(c); got != tc.want {
+			t.Errorf("%s: AsksForType = %t, want %t", tc.path, got, tc.want)
 		}
 	}
 }
