@@ -135,7 +135,7 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 		gvr := x.req.GVR
 		fr.Listed, fr.Stale = true, func(id string) bool { return h.members.DeniedListed(id, gvr) }
 	}
-	if d.Rule == route.RuleLocal && fr.Idempotent {
+	if d.Rule == route.RuleLocal {
 		key := x.req.Watch()
 		fr.Fallback = func() []*forward.Backend {
 			k := ""

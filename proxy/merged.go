@@ -129,7 +129,13 @@ func (h *Handler) serveMerged(w http.ResponseWriter, r *http.Request, x *exchang
 // answers the merged one; any other answer is passed to the caller as the
 // apiserver gave it, and false returned.
 func (h *Handler) localAllows(w http.ResponseWriter, r *http.Request, x *exchange) bool {
-	local := h.members.Backends([]string{h.members.LocalID()})
+	// While the local server is away a healthy peer judges the caller:
+	// the same credentials, the same cluster's authorization.
+	ids := []string{h.members.LocalID()}
+	if t := h.members.Table(); !t.Local.Healthy {
+		ids = append(healthyPeers(t), ids...)
+	}
+	local := h.members.Backends(ids[:1])
 	if len(local) == 0 {
 		forward.Unavailable(w, r, "no local apiserver")
 		return false
@@ -176,6 +182,17 @@ func (h *Handler) serveOpenAPIRoot(w http.ResponseWriter, r *http.Request, x *ex
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(body)
+}
+
+// healthyPeers lists the peers in routing.
+func healthyPeers(t *route.Table) []string {
+	var out []string
+	for _, p := range t.Peers {
+		if p.Healthy && !p.Departed {
+			out = append(out, p.ID)
+		}
+	}
+	return out
 }
 
 // mergesLocal reports whether the merged view includes the local server's

@@ -91,7 +91,13 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 	check := p.trust
 	check.ServerName = localServerName(cfg.LocalServerName, local)
 	if err := forward.CheckReachable(ctx, forward.NewBackend("check", local, check)); err != nil {
-		return nil, err
+		// A local server that is down (restarting with its node's
+		// upgrade) is no reason not to serve through peers; one whose
+		// certificate the peer CA does not trust is a wrong flag.
+		if errors.Is(err, forward.ErrUntrustedServer) {
+			return nil, err
+		}
+		cfg.Log.Warn("local apiserver not reachable yet; serving through peers until it is", "err", err)
 	}
 	if cfg.StateFile != "" {
 		p.Members.KeepState(ctx, cfg.StateFile, cfg.Log)

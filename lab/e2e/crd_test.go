@@ -9,6 +9,7 @@ import (
 
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/proxy/admin"
+	"github.com/skewgate/skewgate/proxy/route"
 )
 
 const widgetsCRD = `{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
@@ -36,7 +37,7 @@ func TestNewCRDIsLocal(t *testing.T) {
 	routed(t, "list widgets", do(t, admin, http.MethodGet, via(t)+path, nil), http.StatusOK, "local", "127.0.0.1:6443")
 	waitFor(t, 15*time.Second, "skewgate learning the CRD from local discovery", func() bool {
 		e := explain(t, "list", path)
-		return e.Route == "local" && e.Rule == 3
+		return e.Route == "local" && e.Rule == route.RuleLocal
 	})
 }
 

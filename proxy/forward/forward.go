@@ -38,9 +38,9 @@ type Request struct {
 	// reached the caller yet, and reading twice changes nothing. Writes
 	// move on only when no byte of them was sent; never twice.
 	Idempotent bool
-	// Fallback, if set, lists further candidates for an idempotent
-	// request once Candidates failed it (asked only then): the peers that
-	// serve what the local server was chosen for.
+	// Fallback, if set, lists further candidates once Candidates failed a
+	// request (asked only then; for a write only if none of it was sent):
+	// the peers that serve what the local server was chosen for.
 	Fallback func() []*Backend
 	// Failed, if set, learns of every failed exchange with a backend: kind
 	// FailConnect (no connection: the server should leave routing at once)
@@ -224,9 +224,10 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 	body := callerBody(req)
 	var errs []error
 	candidates, more := f.req.Candidates, f.req.Fallback
+	sent := false // bytes of the request may have reached a server
 	for i := 0; i < len(candidates); i++ {
 		b := candidates[i]
-		if i > 0 && !f.retry {
+		if i > 0 && sent && !f.retry {
 			break
 		}
 		done, err := b.admit()
@@ -261,12 +262,13 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 			kind = FailConnect
 		}
 		f.failed(b.ID, kind, err)
-		if at.connected && !f.retry {
+		sent = sent || at.connected
+		if sent && !f.retry {
 			// Bytes of a write may have reached the server: never
 			// send them again.
 			break
 		}
-		if i == len(candidates)-1 && f.retry && more != nil {
+		if i == len(candidates)-1 && more != nil {
 			candidates = append(candidates[:len(candidates):len(candidates)], more()...)
 			more = nil
 		}
@@ -340,8 +342,8 @@ func callerFault(req *http.Request, body *bodyReader, at attempt, err error) err
 	return nil
 }
 
-// bodyReader records an error reading the caller's body: a malformed
-// chunk, a caller that left mid-upload.
+// bodyReader records an error reading the caller's body (a malformed
+// chunk, a caller that left mid-upload) and keeps it open across attempts.
 type bodyReader struct {
 	io.ReadCloser
 	mu  sync.Mutex
@@ -357,6 +359,12 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// Close leaves the caller's body open: a transport closes the body of a
+// request it could not send, and a write refused at dial (no byte of it
+// read) is still to be sent to the next candidate. The server closes the
+// caller's body when the handler returns.
+func (b *bodyReader) Close() error { return nil }
 
 func (b *bodyReader) failed() error {
 	b.mu.Lock()

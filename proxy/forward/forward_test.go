@@ -116,16 +116,33 @@ func TestIdempotentFailsOverBeforeFirstByte(t *testing.T) {
 	}
 }
 
-func TestWriteIsNeverRetried(t *testing.T) {
+// A write whose connection failed before any byte was sent was never sent:
+// the next candidate gets its first send. One whose bytes may have reached
+// a server is never sent again.
+func TestWriteIsNeverSentTwice(t *testing.T) {
 	up := newUpstream(t)
 	trust := trustFor(t, up.Server)
-	fr := Request{Candidates: []*Backend{deadBackend(t, trust), backendFor(t, "alive", up.Server, trust)}}
 	w := httptest.NewRecorder()
-	r := httptest.NewRequest(http.MethodPost, "/apis/g/v/namespaces/n/rs", nil)
+	Forward(w, httptest.NewRequest(http.MethodPost, "/apis/g/v/namespaces/n/rs", strings.NewReader("{}")),
+		Request{Candidates: []*Backend{deadBackend(t, trust), backendFor(t, "alive", up.Server, trust)}})
+	if w.Code != http.StatusOK || up.hits.Load() != 1 {
+		t.Fatalf("a write refused at dial: %d, %d hits on the next server, want 200 and 1", w.Code, up.hits.Load())
+	}
+	var resetHits atomic.Int32
+	reset := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		resetHits.Add(1)
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			conn.Close() // the request arrived; the answer never comes
+		}
+	}))
+	defer reset.Close()
+	up.hits.Store(0)
+	w = httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "/apis/g/v/namespaces/n/rs", strings.NewReader("{}"))
 	r.Header.Set("Accept", "application/json")
-	Forward(w, r, fr)
-	if up.hits.Load() != 0 {
-		t.Fatal("a write was sent to a second server after the first failed")
+	Forward(w, r, Request{Candidates: []*Backend{backendFor(t, "reset", reset, trustFor(t, reset)), backendFor(t, "alive", up.Server, trust)}})
+	if resetHits.Load() != 1 || up.hits.Load() != 0 {
+		t.Fatalf("a write that reached a server: sent there %d times, to the next %d times; want 1 and 0", resetHits.Load(), up.hits.Load())
 	}
 	assertUnavailable(t, w)
 }

@@ -249,6 +249,15 @@ func kick(k chan struct{}) {
 	}
 }
 
+// localUp reports whether the local server is up or not probed yet.
+func (m *Members) localUp() bool {
+	m.mu.Lock()
+	s := m.servers[m.localID]
+	m.mu.Unlock()
+	st := s.status()
+	return st.Healthy || st.LastProbe.IsZero()
+}
+
 // Statuses lists every server, sorted by ID.
 func (m *Members) Statuses() []Status {
 	m.mu.Lock()
@@ -267,7 +276,9 @@ func (m *Members) Statuses() []Status {
 // peer-only resource would get the local server's false 404.
 func (m *Members) Ready() error {
 	snap := m.Discovery()
-	if snap.Servers[m.localID].Doc == nil {
+	if snap.Servers[m.localID].Doc == nil && m.localUp() {
+		// Routing by rule 3a needs no local document while the local
+		// server is down: its requests go to peers that serve them.
 		return fmt.Errorf("local discovery (%s) not read yet", m.localID)
 	}
 	for _, st := range m.Statuses() {
