@@ -53,6 +53,14 @@ func Up(ctx context.Context, o Options) (*Plane, error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
+	// Every path the lab writes (kubeconfigs, .lab/env) is absolute, so
+	// it works from any folder: kubectl resolves a kubeconfig's relative
+	// paths from the kubeconfig's own folder, not the caller's.
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("lab dir %s: %w", o.Dir, err)
+	}
+	o.Dir = dir
 	if err := refuseIfUp(o.Dir); err != nil {
 		return nil, err
 	}
@@ -273,6 +281,10 @@ func DefaultDir() string {
 
 // Open returns the plane that Up left running in dir.
 func Open(ctx context.Context, dir, cacheDir string) (*Plane, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("lab dir: %w", err)
+	}
 	st, err := LoadState(dir)
 	if err != nil {
 		return nil, err

@@ -32,6 +32,7 @@ type Handler struct {
 	auth       *callerAuth
 	metrics    *Metrics
 	openapi    openAPICache
+	tokens     credentialCache
 }
 
 // NewHandler returns the proxy handler. clientCA verifies users' client
@@ -115,7 +116,9 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 	d := x.decision
 	switch {
 	case d.Route == route.Unavailable:
-		forward.Unavailable(w, r, d.Reason)
+		if h.mayTell(w, r, x) {
+			forward.Unavailable(w, r, d.Reason)
+		}
 		return
 	case d.Absent():
 		h.members.RefreshSoon() // maybe a CRD or API nobody listed yet
@@ -129,6 +132,11 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 		SetIdentity: h.identity(x.caller, x.marked || d.Route == route.Peer),
 		ShowErrors:  x.caller.User != nil,
 		LongRunning: x.req.LongRunning(),
+		Busy: func(w http.ResponseWriter, r *http.Request, server string) {
+			if h.mayTell(w, r, x) {
+				forward.TooMany(w, r, server)
+			}
+		},
 	}
 	t := h.members.Table()
 	if d.Listed() && x.req.AsksForType(scopeOf(x.req, t)) {

@@ -55,6 +55,15 @@ type identityRig struct {
 func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 	rig := &identityRig{}
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
+			// As kube-apiserver: only the token "good" authenticates.
+			if r.Header.Get("Authorization") == "Bearer good" {
+				w.WriteHeader(http.StatusCreated)
+			} else {
+				w.WriteHeader(http.StatusUnauthorized)
+			}
+			return
+		}
 		io.Copy(io.Discard, r.Body)
 		rig.mu.Lock()
 		rig.got = append(rig.got, seen{r.URL.RequestURI(), r.Header.Clone(), r.Trailer.Clone()})
@@ -413,5 +422,42 @@ func TestInvalidMethodRefusedBeforeRouting(t *testing.T) {
 		if st.LastError != "" {
 			t.Errorf("%s blamed: %s", st.ID, st.LastError)
 		}
+	}
+}
+
+// Bug (by reading): skewgate's own answers (a 503 naming what peers serve
+// and that they are down) reached callers kube-apiserver would have
+// refused. A token the apiserver rejects gets 401; a caller without
+// credentials gets the apiserver's own answer; a verified user or a valid
+// token gets skewgate's 503.
+func TestOwnAnswersOnlyForAuthenticatedCallers(t *testing.T) {
+	rig := newIdentityRig(t) // never probed: no local document, merged discovery is a 503
+	const raw = "GET /apis HTTP/1.1\nHost: 127.0.0.1\nAccept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList\n%s\n"
+	anonymous := func(hdr string) (int, string) {
+		conn, err := tls.Dial("tcp", rig.addr, &tls.Config{RootCAs: rig.roots, ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(conn, strings.ReplaceAll(fmt.Sprintf(raw, hdr), "\n", "\r\n"))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get(forward.HeaderRoute)
+	}
+	if code, route := anonymous("Authorization: Bearer bad\n"); code != http.StatusUnauthorized {
+		t.Errorf("an invalid token: %d (route %s), want 401", code, route)
+	}
+	if code, route := anonymous(""); code != http.StatusOK || route != "local" {
+		t.Errorf("no credentials: %d route %q, want the local apiserver's own answer (its stand-in's 200)", code, route)
+	}
+	if code, _ := anonymous("Authorization: Bearer good\n"); code != http.StatusServiceUnavailable {
+		t.Errorf("a valid token: %d, want skewgate's 503", code)
+	}
+	if code, _, _ := rig.sendRaw(t, fmt.Sprintf(raw, "")); code != http.StatusServiceUnavailable {
+		t.Errorf("a verified user: %d, want skewgate's 503", code)
 	}
 }

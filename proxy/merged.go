@@ -91,8 +91,10 @@ func (h *Handler) serveMerged(w http.ResponseWriter, r *http.Request, x *exchang
 		// Without the local server's groups the merged view would tell
 		// garbage collection and namespace deletion that they are gone:
 		// a 200 with too few groups is a false 404 in bulk.
-		x.decision = route.Decision{Route: route.Unavailable, Rule: route.RuleNotResource, Reason: "merged discovery without the local apiserver's document"}
-		forward.Unavailable(w, r, "the local apiserver is not healthy: merged discovery would lack its groups")
+		if h.mayTell(w, r, x) {
+			x.decision = route.Decision{Route: route.Unavailable, Rule: route.RuleNotResource, Reason: "merged discovery without the local apiserver's document"}
+			forward.Unavailable(w, r, "the local apiserver's discovery is not known: merged discovery would lack its groups")
+		}
 		return true
 	}
 	if !h.localAllows(w, r, x) {

@@ -1,8 +1,15 @@
 package e2e
 
 import (
+	"context"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/skewgate/skewgate/lab"
 )
 
 // TestLabShowsFalse404 proves the problem skewgate exists to fix, on the
@@ -46,5 +53,36 @@ func TestLabIdentity(t *testing.T) {
 	}
 	if r := do(t, client(t, plane.PKI.Admin), http.MethodGet, a.URL()+"/api/v1/namespaces", nil); r.Code != http.StatusOK {
 		t.Errorf("admin lists namespaces = %d, want 200: %s", r.Code, r.Body)
+	}
+}
+
+// Bug: .lab/env and the kubeconfigs named the lab's files relative to the
+// folder make ran in, and kubectl resolves a kubeconfig's relative paths
+// from the kubeconfig's own folder: the README's
+// `kubectl --kubeconfig $LAB_NODE_A_KUBECONFIG get ns` failed. Run as
+// documented (source the env, then kubectl) from another folder.
+func TestLabKubeconfigWorksFromAnyFolder(t *testing.T) {
+	kubectl, err := plane.Kubectl(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := ". " + lab.EnvPath(plane.Dir) + ` && "$KUBECTL" --kubeconfig "$LAB_NODE_A_KUBECONFIG" get ns default -o name`
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "KUBECTL="+kubectl)
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "namespace/default" {
+		t.Fatalf("kubectl --kubeconfig $LAB_NODE_A_KUBECONFIG get ns from another folder: %v: %s", err, out)
+	}
+	env, err := os.ReadFile(lab.EnvPath(plane.Dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(env), "\n") {
+		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		v = strings.Trim(v, `'"`)
+		if ok && (strings.HasSuffix(k, "_FILE") || strings.HasSuffix(k, "_KUBECONFIG") || strings.HasSuffix(k, "_CERT") || strings.HasSuffix(k, "_KEY")) && !filepath.IsAbs(v) {
+			t.Errorf(".lab/env: %s=%s is not an absolute path", k, v)
+		}
 	}
 }

@@ -73,6 +73,9 @@ type Request struct {
 	// on as the type's own answer.
 	Listed bool
 	Stale  func(id string) bool
+	// Busy, if set, answers a request the first candidate has no room
+	// for, instead of a plain 429.
+	Busy func(w http.ResponseWriter, r *http.Request, server string)
 }
 
 // errStale is an apiserver that denied serving what its discovery lists.
@@ -112,6 +115,10 @@ func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
 	if !fr.LongRunning {
 		release, ok := first.acquire()
 		if !ok {
+			if fr.Busy != nil {
+				fr.Busy(w, r, first.ID)
+				return
+			}
 			TooMany(w, r, first.ID)
 			return
 		}
