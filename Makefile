@@ -106,7 +106,7 @@ fmt:
 # seeds (real discovery documents) make minimization crawl, hence 1x.
 FUZZTIME ?= 60s
 FUZZ_TARGETS := FuzzClassifyDecide:./proxy/route FuzzAggregatedDocument:./proxy/discovery \
-	FuzzOpenAPIRoots:./proxy/discovery FuzzStateFile:./proxy/membership
+	FuzzOpenAPIRoots:./proxy/discovery FuzzStateFile:./proxy/membership FuzzRequest:./proxy
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		echo "fuzz $${t%%:*} for $(FUZZTIME)"; \

@@ -48,6 +48,7 @@ type identityRig struct {
 	client   tls.Certificate
 	roots    *x509.CertPool
 	members  *membership.Members
+	handler  *Handler
 	mu       sync.Mutex
 	got      []seen
 }
@@ -119,6 +120,7 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 	}
 	rig.members = members
 	h := NewHandler(members, clientCA, RequestHeader{}, NewMetrics(prometheus.NewRegistry()))
+	rig.handler = h
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
