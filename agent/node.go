@@ -17,11 +17,16 @@ import (
 // it. The proxy half reaches it only through the seams Ready, PeerAddrs and
 // Probe, which the composition supplies.
 type NodeConfig struct {
-	// Steering turns on sk_lookup steering of Address into the listener.
+	// Steering turns on sk_lookup steering of Addresses into the listener.
 	Steering bool
-	// Address is the steered ip:port; empty: the node IP (ChooseNodeIP) on
-	// port 6443.
-	Address string
+	// Addresses are the steered ip:ports; empty: every global address of
+	// the node IP's interface on the local apiserver's port, followed as
+	// they change (see Targets).
+	Addresses []string
+	// Mode says when steering is wanted (nil: always); Window is the skew
+	// window, for ModeAuto (nil: never open).
+	Mode   func() Mode
+	Window func() Window
 	// PinPath is the bpffs directory of every pin.
 	PinPath string
 	// CgroupRoot is where connstat attaches (see CgroupRoot); empty: this
@@ -49,7 +54,7 @@ type NodeConfig struct {
 // and, once the proxy is ready, steering.
 type Node struct {
 	cfg    NodeConfig
-	target netip.AddrPort
+	target Steered
 	exempt []netip.Prefix
 	ln     *net.TCPListener
 	cs     *ConnStat
@@ -76,22 +81,40 @@ func Listen(addr string, cfg NodeConfig, reg prometheus.Registerer) (*Node, erro
 	if !cfg.Steering {
 		return n, nil
 	}
-	if n.target, n.exempt, err = Targets(cfg.Address, cfg.Local, cfg.Exempt); err != nil {
+	if n.target, n.exempt, err = Targets(cfg.Addresses, cfg.Local, cfg.Exempt); err != nil {
 		ln.Close()
 		return nil, err
 	}
 	n.reason = "waiting until skewgate is ready"
 	cs, err := StartConnStat(ConnStatConfig{
-		PinPath: cfg.PinPath, CgroupPath: cfg.CgroupRoot, ProxyPort: uint16(ln.Addr().(*net.TCPAddr).Port), UpstreamPort: n.target.Port(), ProxyTGID: OwnTGID(),
-		Clients: []netip.Prefix{netip.PrefixFrom(n.target.Addr(), n.target.Addr().BitLen())}, Log: cfg.Log,
+		PinPath: cfg.PinPath, CgroupPath: cfg.CgroupRoot, ProxyPort: uint16(ln.Addr().(*net.TCPAddr).Port), UpstreamPort: n.target.Primary.Port(), ProxyTGID: OwnTGID(),
+		Clients: []netip.Prefix{netip.PrefixFrom(n.target.Primary.Addr(), n.target.Primary.Addr().BitLen())}, Log: cfg.Log,
 	})
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("connstat: %w", err)
 	}
-	reg.MustRegister(cs)
+	reg.MustRegister(cs, modeCollector{n})
 	n.cs = cs
 	return n, nil
+}
+
+// wanted is whether steering is wanted now, and why.
+func (n *Node) wanted() (bool, string) {
+	mode, w := n.mode()
+	return wanted(mode, w)
+}
+
+// mode is the current mode and skew window.
+func (n *Node) mode() (Mode, Window) {
+	mode, w := ModeAlways, Window{}
+	if n.cfg.Mode != nil {
+		mode = n.cfg.Mode()
+	}
+	if n.cfg.Window != nil {
+		w = n.cfg.Window()
+	}
+	return mode, w
 }
 
 // Listener is where the proxy accepts connections. Do not duplicate its fd:
@@ -110,6 +133,21 @@ func (n *Node) Status() any {
 	}
 	if n.cs != nil {
 		out["connstat"] = n.cs.Status().String()
+	}
+	if n.cfg.Steering {
+		mode, w := n.mode()
+		out["mode"] = string(mode)
+		switch {
+		case w.Open && w.Until.IsZero():
+			out["window"] = "open: " + w.Reason
+		case w.Open:
+			out["window"] = fmt.Sprintf("open until %s unless the apiservers differ again (last: %s)", w.Until.Format(time.RFC3339), w.Reason)
+		default:
+			out["window"] = "closed: the apiservers agree"
+		}
+		if n.st != nil {
+			out["targets"] = fmt.Sprint(n.st.Targets())
+		}
 	}
 	return out
 }
@@ -141,14 +179,15 @@ func (n *Node) Engage(ctx context.Context, reg prometheus.Registerer) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	steered := n.cfg.Probe(n.target, n.target)
-	direct := n.cfg.Probe(listenerAddr(n.ln, n.target.Addr()), n.target)
+	primary := n.target.Primary
+	steered := n.cfg.Probe(primary, primary)
+	direct := n.cfg.Probe(listenerAddr(n.ln, primary.Addr()), primary)
 	exempt := n.exempt
 	if n.cfg.ExemptPeers && n.cfg.PeerAddrs != nil {
-		exempt = ExemptFor(exempt, n.cfg.PeerAddrs(), n.target.Addr())
+		exempt = ExemptFor(exempt, n.cfg.PeerAddrs(), primary.Addr())
 	}
 	st, err := StartSteering(ctx, SteeringConfig{
-		PinPath: n.cfg.PinPath, Targets: []netip.AddrPort{n.target}, Exempt: exempt, Log: n.cfg.Log,
+		PinPath: n.cfg.PinPath, Targets: n.target.All, Exempt: exempt, Log: n.cfg.Log, Want: n.wanted,
 		Probe: func(ctx context.Context, isSteered bool) error {
 			if err := n.cfg.Ready(); err != nil {
 				return err
@@ -171,7 +210,10 @@ func (n *Node) Engage(ctx context.Context, reg prometheus.Registerer) {
 		n.cfg.Log.Warn("steering disabled; proxying clients that reach the listener directly", "reason", st.Status().String())
 		return
 	}
-	n.cfg.Log.Info("steering installed", "target", n.target.String(), "pins", n.cfg.PinPath)
+	n.cfg.Log.Info("steering installed", "targets", n.target.All, "following", n.target.Follow, "pins", n.cfg.PinPath)
+	if n.target.Follow != "" {
+		go n.followAddresses(ctx, st)
+	}
 	if n.cfg.ExemptPeers && n.cfg.PeerAddrs != nil {
 		go n.followPeers(ctx, st)
 	}
@@ -185,7 +227,7 @@ func (n *Node) followPeers(ctx context.Context, st *Steering) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		want := ExemptFor(n.exempt, n.cfg.PeerAddrs(), n.target.Addr())
+		want := ExemptFor(n.exempt, n.cfg.PeerAddrs(), n.target.Primary.Addr())
 		if !slices.Equal(want, last) {
 			if err := st.SetExempt(want); err != nil {
 				n.cfg.Log.Error("steering: exempt peers", "err", err)

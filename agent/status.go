@@ -20,6 +20,9 @@ const (
 	StateLapsed StateName = "lapsed"
 	// StateSteering: new connections to the targets reach the proxy.
 	StateSteering StateName = "steering"
+	// StateStandby: installed, not wanted now (mode auto outside a skew
+	// window, or mode off): new connections reach the apiserver directly.
+	StateStandby StateName = "standby"
 	// StateRunning: connstat is attached and counting.
 	StateRunning StateName = "running"
 )
@@ -32,6 +35,8 @@ type Status struct {
 	Err error
 	// LeaseRemaining is the time left on the lease at the last check.
 	LeaseRemaining time.Duration
+	// Why steering is or is not wanted (the mode, the skew window).
+	Why string
 }
 
 // String reads like "steering disabled: not permitted: ...".
@@ -41,8 +46,13 @@ func (s Status) String() string {
 		return fmt.Sprintf("steering %s: %v", s.State, s.Err)
 	case StateOff:
 		return "steering off (kill switch)"
+	case StateStandby:
+		return "steering standby: " + s.Why
 	case StateRunning:
 		return "running"
+	}
+	if s.Why != "" {
+		return fmt.Sprintf("steering on (lease %s): %s", s.LeaseRemaining.Round(time.Millisecond), s.Why)
 	}
 	return fmt.Sprintf("steering on (lease %s)", s.LeaseRemaining.Round(time.Millisecond))
 }
@@ -54,8 +64,19 @@ func (s *Steering) Status() Status {
 	return s.status
 }
 
+// standby records that steering is not wanted now, and why; the kill
+// switch still shows as off.
+func (s *Steering) standby(why string) {
+	st := Status{State: StateStandby, Why: why}
+	if !s.conf.Enabled() {
+		st.State = StateOff
+	}
+	s.change(st)
+}
+
 func (s *Steering) setStatus(checkErr error) {
-	st := Status{State: StateSteering, Err: checkErr}
+	_, why := s.cfg.Want()
+	st := Status{State: StateSteering, Err: checkErr, Why: why}
 	if lease := s.conf.LeaseUntil(); lease > monotonicNow() {
 		st.LeaseRemaining = time.Duration(lease - monotonicNow())
 	}
@@ -68,6 +89,10 @@ func (s *Steering) setStatus(checkErr error) {
 		st.State = StateLapsed
 		st.Err = errors.New("lease lapsed")
 	}
+	s.change(st)
+}
+
+func (s *Steering) change(st Status) {
 	s.mu.Lock()
 	prev := s.status
 	s.status = st
@@ -83,7 +108,9 @@ func (s *Steering) logChange(prev, st Status) {
 	log := s.cfg.Log.With("from", string(prev.State), "targets", s.cfg.Targets)
 	switch st.State {
 	case StateSteering:
-		log.Info("steering engaged", "lease", s.cfg.Lease)
+		log.Info("steering engaged", "lease", s.cfg.Lease, "why", st.Why)
+	case StateStandby:
+		log.Info("steering standby: new connections reach the apiserver directly", "why", st.Why)
 	case StateOff:
 		log.Warn("steering off by the kill switch: new connections reach the apiserver directly")
 	case StateLapsed:

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -55,6 +56,11 @@ type SteeringConfig struct {
 	// a proxy that has not just answered, and a path that fails only when
 	// steered flaps at most once per Retry. A nil Probe always succeeds.
 	Probe func(ctx context.Context, steered bool) error
+	// Want says whether steering is wanted now, and why (nil: always).
+	// While it is not, the lease is withdrawn at once, so new connections
+	// reach the apiserver directly, and no probe runs: a standby is no
+	// failure, and steering engages on the next renewal once wanted.
+	Want func() (bool, string)
 	// Log receives every change of steering state, once (nil: discarded).
 	Log *slog.Logger
 }
@@ -84,6 +90,9 @@ func (c *SteeringConfig) setDefaults() error {
 	if c.Probe == nil {
 		c.Probe = func(context.Context, bool) error { return nil }
 	}
+	if c.Want == nil {
+		c.Want = func() (bool, string) { return true, "" }
+	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
@@ -100,8 +109,9 @@ type Steering struct {
 	cookie uint64
 	stats  io.Closer
 
-	mu     sync.Mutex
-	status Status
+	mu      sync.Mutex
+	status  Status
+	targets []netip.AddrPort
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -130,7 +140,7 @@ func StartSteering(ctx context.Context, cfg SteeringConfig, ln *net.TCPListener)
 	if ln == nil {
 		return nil, errors.New("steering: nil listener")
 	}
-	s := &Steering{cfg: cfg, done: make(chan struct{})}
+	s := &Steering{cfg: cfg, done: make(chan struct{}), targets: slices.Clone(cfg.Targets)}
 	if err := s.install(ln); err != nil {
 		s.release()
 		s.status = Status{State: StateDisabled, Err: err}
@@ -202,6 +212,33 @@ func (s *Steering) attach() (link.Link, error) {
 		defer f.Close()
 		return link.AttachNetNs(int(f.Fd()), s.objs.Steer)
 	})
+}
+
+// SetTargets replaces the steered addresses, e.g. as a VIP arrives on or
+// leaves the node. Addresses in both sets stay steered throughout. It does
+// nothing on a disabled Steering.
+func (s *Steering) SetTargets(targets []netip.AddrPort) error {
+	if s.Status().State == StateDisabled {
+		return nil
+	}
+	keys := map[steer.SteerTarget]bool{}
+	for _, ap := range targets {
+		keys[targetKey(ap)] = true
+	}
+	if err := syncKeys(s.objs.SteerTargets, keys, steer.SteerDest{}); err != nil {
+		return fmt.Errorf("write steer_targets: %w", err)
+	}
+	s.mu.Lock()
+	s.targets = slices.Clone(targets)
+	s.mu.Unlock()
+	return nil
+}
+
+// Targets is what is steered now.
+func (s *Steering) Targets() []netip.AddrPort {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.targets)
 }
 
 // SetExempt replaces the exempt source prefixes, e.g. as peers join and
@@ -314,16 +351,21 @@ func (s *Steering) run(ctx context.Context) {
 	tick := time.NewTicker(s.cfg.Renew)
 	defer tick.Stop()
 	for {
-		now := monotonicNow()
-		steered := s.conf.Enabled() && s.conf.LeaseUntil() > now
-		err := s.check(ctx, steered)
-		switch {
-		case l.renew(now, steered, err == nil, uint64(s.cfg.Retry)):
-			s.conf.SetLeaseUntil(now + uint64(s.cfg.Lease))
-		case err == nil:
-			err = fmt.Errorf("held off until %s after the last failed probe through the steered path", s.cfg.Retry)
+		if want, why := s.cfg.Want(); !want {
+			s.conf.SetLeaseUntil(0)
+			s.standby(why)
+		} else {
+			now := monotonicNow()
+			steered := s.conf.Enabled() && s.conf.LeaseUntil() > now
+			err := s.check(ctx, steered)
+			switch {
+			case l.renew(now, steered, err == nil, uint64(s.cfg.Retry)):
+				s.conf.SetLeaseUntil(now + uint64(s.cfg.Lease))
+			case err == nil:
+				err = fmt.Errorf("held off until %s after the last failed probe through the steered path", s.cfg.Retry)
+			}
+			s.setStatus(err)
 		}
-		s.setStatus(err)
 		select {
 		case <-ctx.Done():
 			return

@@ -6,7 +6,7 @@ import (
 
 var (
 	descSteeringState = prometheus.NewDesc("skewgate_steering_state",
-		"1 for the current steering state: disabled, off (kill switch), lapsed or steering.",
+		"1 for the current steering state: disabled, off (kill switch), standby (not wanted: mode auto outside a skew window, or mode off), lapsed or steering.",
 		[]string{"state"}, nil)
 	descSteeringLease = prometheus.NewDesc("skewgate_steering_lease_remaining_seconds",
 		"Time left on the steering lease; 0 when lapsed.", nil, nil)
@@ -18,7 +18,7 @@ var (
 	steerErrors     = descCollectionErrors("steer")
 )
 
-var allStates = []StateName{StateDisabled, StateOff, StateLapsed, StateSteering}
+var allStates = []StateName{StateDisabled, StateOff, StateStandby, StateLapsed, StateSteering}
 
 // Describe implements prometheus.Collector.
 func (s *Steering) Describe(ch chan<- *prometheus.Desc) {
@@ -30,7 +30,7 @@ func (s *Steering) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector; it reads the maps at scrape time.
 func (s *Steering) Collect(ch chan<- prometheus.Metric) {
 	st := s.Status()
-	if st.State != StateDisabled {
+	if st.State != StateDisabled && st.State != StateStandby {
 		s.setStatus(st.Err) // fresh kill switch and lease, keep the last check's error
 		st = s.Status()
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/skewgate/skewgate/lab/testenv"
@@ -383,5 +384,66 @@ func TestSteeringIPv6(t *testing.T) {
 	}
 	if got := dial.who(t, target.String()); got != "origin" {
 		t.Fatalf("IPv6 source exempt: %s answered", got)
+	}
+}
+
+// Mode auto outside a skew window: the lease is withdrawn at once (new
+// connections reach the apiserver) and no probe runs; wanted again, the
+// next renewal engages steering without a hold-off.
+func TestSteeringStandbyWhenNotWanted(t *testing.T) {
+	n := newNode(t)
+	var want atomic.Bool
+	want.Store(true)
+	cfg := n.steeringConfig()
+	cfg.Want = func() (bool, string) { return want.Load(), "test" }
+	s := n.steerToProxy(t, cfg)
+	want.Store(false)
+	waitState(t, s, StateStandby)
+	if got := n.dial.who(t, targetAddr); got != "origin" {
+		t.Fatalf("standby: %s answered a new connection", got)
+	}
+	want.Store(true)
+	on := time.Now()
+	waitState(t, s, StateSteering)
+	if got := n.dial.who(t, targetAddr); got != "proxy" {
+		t.Fatalf("wanted again: %s answered", got)
+	}
+	if d := time.Since(on); d > time.Second {
+		t.Errorf("steering engaged %s after it was wanted again, want within a renewal", d)
+	}
+}
+
+// SetTargets steers an address that arrives (a VIP) and releases one that
+// leaves, without touching the others.
+func TestSteeringSetTargets(t *testing.T) {
+	n := newNode(t)
+	vip := "198.18.1.100:6443"
+	n.ns.do(t, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		a, _ := netlink.ParseAddr("198.18.1.100/32")
+		return netlink.AddrAdd(lo, a)
+	})
+	s := n.steerToProxy(t, n.steeringConfig())
+	if got := n.dial.who(t, vip); got != "origin" {
+		t.Fatalf("the VIP before it is steered: %s answered", got)
+	}
+	both := []netip.AddrPort{netip.MustParseAddrPort(targetAddr), netip.MustParseAddrPort(vip)}
+	if err := s.SetTargets(both); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.dial.who(t, vip); got != "proxy" {
+		t.Fatalf("the VIP steered: %s answered", got)
+	}
+	if err := s.SetTargets(both[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := n.dial.who(t, vip), n.dial.who(t, targetAddr); a != "origin" || b != "proxy" {
+		t.Fatalf("the VIP released: %s answered it, %s the node address", a, b)
+	}
+	if !slices.Equal(s.Targets(), both[:1]) {
+		t.Errorf("Targets = %v", s.Targets())
 	}
 }

@@ -5,14 +5,31 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
-// Targets resolves the steered address and the static exempt sources.
-// address empty means the node IP on port 6443. local is the local
-// apiserver's host:port, which must not be steered: skewgate's own requests
-// to it would come back to skewgate. Every error names the flag at fault.
+// Steered is what a node steers.
+type Steered struct {
+	// Primary is the node IP on the apiserver's port: probed through, and
+	// connstat's client address.
+	Primary netip.AddrPort
+	// All is every steered address, Primary first.
+	All []netip.AddrPort
+	// Follow names the interface whose global addresses are all steered,
+	// followed as they change (a VIP that keepalived or kube-vip adds and
+	// removes, IPv6 addresses), when no address was named; "" otherwise.
+	Follow string
+}
+
+// Targets resolves the steered addresses and the static exempt sources.
+// addresses empty means every global address of the node IP's interface
+// (the node IP, a VIP held there, IPv6 ones) on the local apiserver's port
+// (6443 when local names none), followed as they change. local is the
+// local apiserver's host:port, which must not be steered: skewgate's own
+// requests to it would come back to skewgate. Every error names the flag
+// at fault.
 //
 // Peers are not exempt by default. Their forwarded requests are then steered
 // into this node's skewgate, which answers them locally (rule 2: a verified
@@ -20,35 +37,103 @@ import (
 // Exempting a peer's address would also exempt everything else that
 // connects from it, e.g. haproxy on a peer node balancing clients across
 // the apiservers, and those clients would get this node's false 404s.
-func Targets(address, local string, exempt []string) (netip.AddrPort, []netip.Prefix, error) {
-	localHost, _, _ := net.SplitHostPort(local)
-	if address == "" {
+func Targets(addresses []string, local string, exempt []string) (Steered, []netip.Prefix, error) {
+	var st Steered
+	localHost, localPort, _ := net.SplitHostPort(local)
+	port := uint16(6443)
+	if p, err := strconv.ParseUint(localPort, 10, 16); err == nil && p > 0 {
+		port = uint16(p)
+	}
+	if len(addresses) == 0 {
 		ip, err := ChooseNodeIP(localHost)
 		if err != nil {
-			return netip.AddrPort{}, nil, fmt.Errorf("--steer-address not set and %w", err)
+			return st, nil, fmt.Errorf("--steer-address not set and %w", err)
 		}
-		address = netip.AddrPortFrom(ip, 6443).String()
+		st.Primary = netip.AddrPortFrom(ip, port)
+		st.All = []netip.AddrPort{st.Primary}
+		if ifc, addrs, err := interfaceOf(ip); err == nil {
+			st.Follow = ifc
+			st.All = withPort(ip, addrs, port)
+		}
 	}
-	target, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return target, nil, fmt.Errorf("--steer-address %q: want ip:port", address)
+	for _, a := range addresses {
+		target, err := netip.ParseAddrPort(a)
+		if err != nil {
+			return st, nil, fmt.Errorf("--steer-address %q: want ip:port", a)
+		}
+		target = netip.AddrPortFrom(target.Addr().Unmap(), target.Port())
+		if len(st.All) == 0 {
+			st.Primary = target
+		}
+		st.All = append(st.All, target)
 	}
-	if l, err := netip.ParseAddrPort(local); err == nil && l.Addr().Unmap() == target.Addr().Unmap() && l.Port() == target.Port() {
-		return target, nil, fmt.Errorf("--local-apiserver %s is the steered address: skewgate would forward to itself; "+
-			"reach the local apiserver on an address that is not steered (https://127.0.0.1:%d) or steer another (--steer-address)", local, target.Port())
+	for _, target := range st.All {
+		if l, err := netip.ParseAddrPort(local); err == nil && l.Addr().Unmap() == target.Addr() && l.Port() == target.Port() {
+			return st, nil, fmt.Errorf("--local-apiserver %s is the steered address: skewgate would forward to itself; "+
+				"reach the local apiserver on an address that is not steered (https://127.0.0.1:%d) or steer another (--steer-address)", local, target.Port())
+		}
 	}
 	var out []netip.Prefix
 	for _, e := range exempt {
 		p, err := ParsePrefix(e)
 		if err != nil {
-			return target, nil, fmt.Errorf("--steer-exempt %q: want an address or a CIDR", e)
+			return st, nil, fmt.Errorf("--steer-exempt %q: want an address or a CIDR", e)
 		}
-		if p.Contains(target.Addr().Unmap()) {
-			return target, nil, fmt.Errorf("--steer-exempt %s covers the steered address %s: clients on this node would bypass skewgate", p, target.Addr())
+		for _, target := range st.All {
+			if p.Contains(target.Addr()) {
+				return st, nil, fmt.Errorf("--steer-exempt %s covers the steered address %s: clients on this node would bypass skewgate", p, target.Addr())
+			}
 		}
 		out = append(out, p)
 	}
-	return target, ExemptFor(out, nil, target.Addr()), nil
+	return st, ExemptFor(out, nil, st.Primary.Addr()), nil
+}
+
+// withPort is primary and every other address in addrs, on port.
+func withPort(primary netip.Addr, addrs []netip.Addr, port uint16) []netip.AddrPort {
+	out := []netip.AddrPort{netip.AddrPortFrom(primary, port)}
+	for _, a := range addrs {
+		if a != primary {
+			out = append(out, netip.AddrPortFrom(a, port))
+		}
+	}
+	return out
+}
+
+// interfaceOf finds the interface holding ip and lists its global unicast
+// addresses, sorted.
+func interfaceOf(ip netip.Addr) (string, []netip.Addr, error) {
+	ifcs, err := net.Interfaces()
+	if err != nil {
+		return "", nil, err
+	}
+	for _, ifc := range ifcs {
+		addrs, err := globalAddrs(&ifc)
+		if err == nil && slices.Contains(addrs, ip) {
+			return ifc.Name, addrs, nil
+		}
+	}
+	return "", nil, fmt.Errorf("no interface holds %s", ip)
+}
+
+// globalAddrs lists an interface's global unicast addresses, sorted.
+func globalAddrs(ifc *net.Interface) ([]netip.Addr, error) {
+	list, err := ifc.Addrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, a := range list {
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().IsGlobalUnicast() {
+			out = append(out, ip.Unmap())
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out, nil
 }
 
 // ExemptFor is static plus every peer address, sorted and deduplicated, but

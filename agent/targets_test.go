@@ -50,7 +50,11 @@ func TestTargetsRefuseSteeringTheLocalAPIServer(t *testing.T) {
 		{"[fd00::1]:6443", "[fd00::1]:6443", false},
 		{"10.0.0.1:6443", "apiserver.local:6443", true}, // a name is not an address that could be steered
 	} {
-		_, _, err := Targets(tc.address, tc.local, nil)
+		var addrs []string
+		if tc.address != "" {
+			addrs = []string{tc.address}
+		}
+		_, _, err := Targets(addrs, tc.local, nil)
 		if (err == nil) != tc.ok {
 			t.Errorf("steer %q local %q: err %v, want ok=%v", tc.address, tc.local, err, tc.ok)
 		}
@@ -68,7 +72,7 @@ func TestTargetsExempt(t *testing.T) {
 		{[]string{"198.18.0.0/16"}, nil, false}, // covers the node itself
 		{[]string{"nonsense"}, nil, false},
 	} {
-		_, got, err := Targets("198.18.0.1:6443", "127.0.0.1:6443", tc.exempt)
+		_, got, err := Targets([]string{"198.18.0.1:6443"}, "127.0.0.1:6443", tc.exempt)
 		if (err == nil) != tc.ok {
 			t.Errorf("exempt %v: err %v, want ok=%v", tc.exempt, err, tc.ok)
 			continue
@@ -124,5 +128,44 @@ func TestChooseNodeIPOnANodeWithMoreInterfaces(t *testing.T) {
 	})
 	if want := netip.MustParseAddr("198.18.7.3"); got != want {
 		t.Errorf("ChooseNodeIP = %s, want %s (the default route's)", got, want)
+	}
+}
+
+// By default every global address of the node IP's interface is steered
+// (a VIP keepalived added there, an IPv6 address), on the local
+// apiserver's port, not a hard-coded 6443; cni0's are not.
+func TestDefaultTargetsAreTheNodeInterfaceAddresses(t *testing.T) {
+	testenv.RequireRoot(t)
+	ns := newTestNetNS(t)
+	var got Steered
+	ns.do(t, func() error {
+		cni, eth := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "cni0"}}, &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0-peer"}
+		for _, l := range []struct {
+			link  netlink.Link
+			addrs []string
+		}{{cni, []string{"10.244.3.1/24"}}, {eth, []string{"198.18.7.3/24", "198.18.7.100/32", "fd00:7::3/64"}}} {
+			if err := netlink.LinkAdd(l.link); err != nil {
+				return err
+			}
+			for _, s := range l.addrs {
+				a, _ := netlink.ParseAddr(s)
+				if err := netlink.AddrAdd(l.link, a); err != nil {
+					return err
+				}
+			}
+			if err := netlink.LinkSetUp(l.link); err != nil {
+				return err
+			}
+		}
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.ParseIP("198.18.7.254")}); err != nil {
+			return err
+		}
+		var err error
+		got, _, err = Targets(nil, "127.0.0.1:6444", nil)
+		return err
+	})
+	want := []netip.AddrPort{netip.MustParseAddrPort("198.18.7.3:6444"), netip.MustParseAddrPort("198.18.7.100:6444"), netip.MustParseAddrPort("[fd00:7::3]:6444")}
+	if !slices.Equal(got.All, want) || got.Primary != want[0] || got.Follow != "eth0" {
+		t.Errorf("Targets = %+v, want %v on eth0, the first primary", got, want)
 	}
 }

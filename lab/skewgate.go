@@ -41,6 +41,12 @@ type SkewgateMode struct {
 	// Exempt are sources never steered (--steer-exempt), such as a
 	// benchmark's address for direct connections.
 	Exempt []string
+	// SteeringMode is --steering-mode ("": skewgate's default, auto, as
+	// users run it); tests that need steering whatever the plane say
+	// "always".
+	SteeringMode string
+	// Extra are further flags.
+	Extra []string
 }
 
 // SkewgateArgs are `skewgate run` flags for a skewgate in front of node n:
@@ -75,7 +81,10 @@ func (p *Plane) modeArgs(n Node, mode SkewgateMode, args []string) []string {
 	if len(mode.Exempt) > 0 {
 		args = append(args, "--steer-exempt="+strings.Join(mode.Exempt, ","))
 	}
-	return args
+	if mode.SteeringMode != "" {
+		args = append(args, "--steering-mode="+mode.SteeringMode)
+	}
+	return append(args, mode.Extra...)
 }
 
 func (p *Plane) skewgateBaseArgs(n Node) []string {
@@ -106,8 +115,9 @@ func (p *Plane) SkewgateStateFile(n Node) string {
 }
 
 // SteeringArgs are the flags that make node n's skewgate steer n's
-// IP:6443 into itself, with its own pin path. --steer-address is left to
-// its default: the node's only global address, port 6443.
+// addresses into itself, with its own pin path. --steer-address is left
+// to its default: every global address of the node IP's interface, on the
+// local apiserver's port.
 func SteeringArgs(n Node) []string {
 	return []string{"--steering", "--pin-path=" + SkewgatePinPath(n)}
 }

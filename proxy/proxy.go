@@ -42,6 +42,9 @@ type Config struct {
 	// empty: DefaultServiceAccountDir.
 	ServiceAccountDir string
 	RefreshInterval   time.Duration
+	// WindowHold is how long the skew window stays open after the
+	// apiservers last differed (steering mode auto).
+	WindowHold time.Duration
 	// StateFile keeps every peer's last-known discovery across restarts
 	// (empty: nothing kept).
 	StateFile string
@@ -64,6 +67,9 @@ type Proxy struct {
 	local   *url.URL
 	peers   []*url.URL
 	Members *membership.Members
+	// Switch is the cluster's steering mode (kube-system/skewgate), with
+	// cluster credentials.
+	Switch  SteeringSwitch
 	handler *Handler
 }
 
@@ -84,7 +90,7 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 	}
 	p := &Proxy{cfg: cfg, certs: certs, local: local, peers: membership.WithoutSelf(peers, self, cfg.Log)}
 	p.trust = forward.Trust{PeerCA: certs.PeerCA, ClientCert: certs.ProxyClient}
-	p.Members, err = membership.New(membership.Config{Local: local, LocalServerName: localServerName(cfg.LocalServerName, local), Peers: p.peers, RefreshInterval: cfg.RefreshInterval, Trust: p.trust, UserAgent: cfg.UserAgent, Log: cfg.Log})
+	p.Members, err = membership.New(membership.Config{Local: local, LocalServerName: localServerName(cfg.LocalServerName, local), Peers: p.peers, RefreshInterval: cfg.RefreshInterval, WindowHold: cfg.WindowHold, Trust: p.trust, UserAgent: cfg.UserAgent, Log: cfg.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -141,6 +147,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	if err := p.Members.WatchClusterSynced(ctx, client, p.peers, p.cfg.Log); err != nil {
 		return fmt.Errorf("%s: %w", source, err)
 	}
+	p.watchSwitch(ctx, client)
 	return nil
 }
 

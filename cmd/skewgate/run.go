@@ -36,13 +36,14 @@ type runOptions struct {
 	node        agent.NodeConfig
 	adminAddr   string
 	profiling   bool
+	mode        string
 	logging     *logsapi.LoggingConfiguration
 }
 
 func newRunCmd() *cobra.Command {
-	o := &runOptions{bindAddress: "0.0.0.0", securePort: 16443, adminAddr: "127.0.0.1:16444",
+	o := &runOptions{bindAddress: "0.0.0.0", securePort: 16443, adminAddr: "127.0.0.1:16444", mode: string(agent.ModeAuto),
 		logging: logsapi.NewLoggingConfiguration()}
-	o.proxy = proxy.Config{RefreshInterval: 10 * time.Second, RequestHeaderAllowedNames: []string{"front-proxy-client"},
+	o.proxy = proxy.Config{RefreshInterval: 10 * time.Second, WindowHold: 10 * time.Minute, RequestHeaderAllowedNames: []string{"front-proxy-client"},
 		StateFile: "/var/lib/skewgate/state.json", HeaderNames: proxy.DefaultHeaderNames()}
 	o.node = agent.NodeConfig{PinPath: "/sys/fs/bpf/skewgate"}
 	cmd := &cobra.Command{
@@ -103,8 +104,10 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.StringVar(&o.proxy.StateFile, "state-file", o.proxy.StateFile, "where every peer's last-known discovery is kept across restarts, so a peer that is down when skewgate starts answers 503, not 404 (empty: nothing kept)")
 
 	f = fss.FlagSet("steering")
-	f.BoolVar(&o.node.Steering, "steering", false, "steer new connections for --steer-address into the proxy with eBPF (sk_lookup), failing open")
-	f.StringVar(&o.node.Address, "steer-address", "", "address:port whose new connections are steered (default: <node-ip>:6443, the node's only global address)")
+	f.BoolVar(&o.node.Steering, "steering", false, "install eBPF (sk_lookup) steering of new connections for --steer-address into the proxy, failing open; --steering-mode says when it steers")
+	f.StringVar(&o.mode, "steering-mode", o.mode, "when to steer: always; auto (during a skew window: the apiservers differ in version or in what they serve, or one is away, and --steering-window-hold after they agree); off. The ConfigMap kube-system/skewgate (key steering) wins for the whole cluster")
+	f.DurationVar(&o.proxy.WindowHold, "steering-window-hold", o.proxy.WindowHold, "how long a skew window stays open after the apiservers last differed (mode auto)")
+	f.StringSliceVar(&o.node.Addresses, "steer-address", nil, "address:port list whose new connections are steered (default: every global address of the node IP's interface — the address kube-apiserver would advertise, a VIP while this node holds it, IPv6 ones — on the --local-apiserver URL's port, followed as they change)")
 	f.StringVar(&o.node.PinPath, "pin-path", o.node.PinPath, "bpffs directory for skewgate's maps, programs and links")
 	f.StringVar(&o.node.CgroupRoot, "cgroup-root", "", "cgroup v2 root connstat attaches to, e.g. the host's /sys/fs/cgroup mounted into a pod (a cgroup v1 hybrid host's unified/ is found) (default: this mount namespace's cgroup2 mount)")
 	f.StringSliceVar(&o.node.Exempt, "steer-exempt", nil, "source addresses or CIDRs whose connections are never steered, comma-separated")
@@ -127,9 +130,15 @@ func (o *runOptions) validate() error {
 		errs = append(errs, fmt.Errorf("--secure-port %d: want 1-65535", o.securePort))
 	}
 	if o.node.Steering && o.proxy.LocalAPIServer != "" {
-		if _, _, err := agent.Targets(o.node.Address, localHostPort(o.proxy.LocalAPIServer), o.node.Exempt); err != nil {
+		if _, _, err := agent.Targets(o.node.Addresses, localHostPort(o.proxy.LocalAPIServer), o.node.Exempt); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if _, err := agent.ParseMode(o.mode); err != nil {
+		errs = append(errs, fmt.Errorf("--steering-mode: %w", err))
+	}
+	if o.proxy.WindowHold <= 0 {
+		errs = append(errs, fmt.Errorf("--steering-window-hold %s: want a positive duration", o.proxy.WindowHold))
 	}
 	if o.node.Steering && o.node.CgroupRoot != "" {
 		if _, err := agent.CgroupRoot(o.node.CgroupRoot); err != nil {
@@ -155,6 +164,7 @@ func run(ctx context.Context, o *runOptions) error {
 		return err
 	}
 	o.node.Local, o.node.Ready, o.node.PeerAddrs, o.node.Probe, o.node.Log = p.LocalHost(), p.Members.Ready, p.Members.PeerAddrs, p.Probe, log
+	o.node.Mode, o.node.Window = steeringMode(p, agent.Mode(o.mode)), skewWindow(p)
 	node, err := agent.Listen(net.JoinHostPort(o.bindAddress, strconv.Itoa(o.securePort)), o.node, reg)
 	if err != nil {
 		return err
@@ -199,5 +209,24 @@ func tuneGC() {
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(96 << 20)
+	}
+}
+
+// steeringMode is the cluster's mode (kube-system/skewgate) when it sets
+// one, else the flag's.
+func steeringMode(p *proxy.Proxy, flag agent.Mode) func() agent.Mode {
+	return func() agent.Mode {
+		if m, ok := p.Switch.Mode(); ok {
+			return agent.Mode(m)
+		}
+		return flag
+	}
+}
+
+// skewWindow is the proxy's skew window as the agent reads it.
+func skewWindow(p *proxy.Proxy) func() agent.Window {
+	return func() agent.Window {
+		w := p.Members.Window()
+		return agent.Window{Open: w.Open, Reason: w.Reason, Until: w.Until}
 	}
 }

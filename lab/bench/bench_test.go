@@ -64,7 +64,7 @@ func setup(ctx context.Context, e *labtest.Env) error {
 	if err := netlink.AddrAdd(br, &netlink.Addr{IPNet: &net.IPNet{IP: exempt.AsSlice(), Mask: net.CIDRMask(24, 32)}}); err != nil {
 		return fmt.Errorf("add %s to %s: %w", exempt, lab.BridgeName, err)
 	}
-	mode := lab.SkewgateMode{Kubeconfig: true, Steering: true, Exempt: []string{exempt.String() + "/32"}}
+	mode := lab.SkewgateMode{Kubeconfig: true, Steering: true, SteeringMode: "always", Exempt: []string{exempt.String() + "/32"}}
 	if skewgate, err = e.Plane.StartSkewgate(ctx, "node-a", e.Skewgate, mode, 30*time.Second); err != nil {
 		return err
 	}

@@ -43,6 +43,9 @@ type Config struct {
 	// DepartGrace is how long a server that left membership still counts
 	// as "serving what it served" (rule 5: 503, not 404).
 	DepartGrace time.Duration
+	// WindowHold is how long the skew window stays open after the members
+	// last differed (default 10 minutes).
+	WindowHold time.Duration
 	// OnChange, if set, is called after every published table change.
 	OnChange func()
 	// PeerMaxInFlight bounds the short requests in flight to each peer
@@ -67,6 +70,7 @@ func (c *Config) defaults() {
 	set(&c.RefreshInterval, 10*time.Second)
 	set(&c.MissRefreshInterval, 5*time.Second)
 	set(&c.DepartGrace, 5*time.Minute)
+	set(&c.WindowHold, 10*time.Minute)
 	if c.PeerMaxInFlight == 0 {
 		c.PeerMaxInFlight = 400
 	}
@@ -91,6 +95,8 @@ type Members struct {
 
 	saveMu sync.Mutex
 	saved  []byte // what SaveState last wrote
+
+	skew skewWatch
 }
 
 // ID names a server by its URL's host:port, as in X-Skewgate-Server.

@@ -70,6 +70,7 @@ func (m *Members) publish() {
 		}
 	}
 	m.table.Store(t)
+	m.noteSkew(skewOf(t, statuses), now)
 	if onChange != nil {
 		onChange()
 	}

@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
+)
+
+// followAddresses keeps every global address of the node IP's interface
+// steered as addresses come and go: keepalived and kube-vip add the
+// control plane's VIP as a secondary address on the node that holds it and
+// remove it when another takes over, so the VIP is steered within moments
+// of arriving and released when it leaves. It follows netlink's address
+// notifications, and re-reads once a second as well in case one was lost.
+func (n *Node) followAddresses(ctx context.Context, st *Steering) {
+	updates, done := make(chan netlink.AddrUpdate, 16), make(chan struct{})
+	defer close(done)
+	err := netlink.AddrSubscribeWithOptions(updates, done, netlink.AddrSubscribeOptions{
+		ErrorCallback: func(err error) { n.cfg.Log.Warn("steering: address notifications", "err", err) },
+	})
+	if err != nil {
+		n.cfg.Log.Warn("steering: no address notifications; re-reading every second", "interface", n.target.Follow, "err", err)
+		updates = nil
+	}
+	last := n.target.All
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		if want, ok := n.followed(); ok && !slices.Equal(want, last) {
+			if err := st.SetTargets(want); err != nil {
+				n.cfg.Log.Error("steering: targets not updated", "err", err)
+			} else {
+				n.cfg.Log.Info("steering: addresses changed", "interface", n.target.Follow, "targets", want)
+				last = want
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-updates:
+		case <-tick.C:
+		}
+	}
+}
+
+// followed is the targets the followed interface's addresses make now: the
+// primary address always (it is probed), and every other global one.
+func (n *Node) followed() ([]netip.AddrPort, bool) {
+	ifc, err := net.InterfaceByName(n.target.Follow)
+	if err != nil {
+		return nil, false
+	}
+	addrs, err := globalAddrs(ifc)
+	if err != nil {
+		return nil, false
+	}
+	return withPort(n.target.Primary.Addr(), addrs, n.target.Primary.Port()), true
+}
+
+var (
+	descSteeringMode = prometheus.NewDesc("skewgate_steering_mode",
+		"1 for the steering mode in force (always, auto or off): --steering-mode, or the cluster's kube-system/skewgate ConfigMap, which wins.",
+		[]string{"mode"}, nil)
+	descSkewWindow = prometheus.NewDesc("skewgate_skew_window",
+		"1 while the apiservers are in a skew window (they differ in version or in what they serve, or one is away, or within the hold time after): mode auto steers then.",
+		nil, nil)
+	descSteeredTargets = prometheus.NewDesc("skewgate_steering_targets",
+		"How many addresses are steered (the node's addresses on the apiserver's port, a VIP while the node holds it).",
+		nil, nil)
+)
+
+// modeCollector exports the mode, the window and the targets.
+type modeCollector struct{ n *Node }
+
+func (c modeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descSteeringMode
+	ch <- descSkewWindow
+	ch <- descSteeredTargets
+}
+
+func (c modeCollector) Collect(ch chan<- prometheus.Metric) {
+	mode, w := c.n.mode()
+	for _, m := range Modes {
+		v := 0.0
+		if m == mode {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descSteeringMode, prometheus.GaugeValue, v, string(m))
+	}
+	open := 0.0
+	if w.Open {
+		open = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descSkewWindow, prometheus.GaugeValue, open)
+	c.n.mu.Lock()
+	st := c.n.st
+	c.n.mu.Unlock()
+	if st != nil {
+		ch <- prometheus.MustNewConstMetric(descSteeredTargets, prometheus.GaugeValue, float64(len(st.Targets())))
+	}
+}

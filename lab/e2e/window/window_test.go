@@ -1,0 +1,235 @@
+// Package window proves steering mode auto on real apiservers: a plane of
+// one version is not steered (the hop costs nothing), a peer's upgrade
+// opens the skew window and steering engages on the other node before the
+// upgraded server is ready, the cluster's ConfigMap switches every node
+// within a second and survives an agent restart, and the window closes
+// after the hold once the versions agree again.
+package window
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"regexp"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/lab/labtest"
+)
+
+var (
+	plane *lab.Plane
+	bin   string
+	// hold is the skew window's hold time here (10 minutes by default).
+	hold = 8 * time.Second
+)
+
+func TestMain(m *testing.M) {
+	spec, err := lab.ParseNodes("node-a=" + lab.OldVersion + ",node-b=" + lab.OldVersion)
+	if err != nil {
+		panic(err)
+	}
+	os.Exit(labtest.Main(m, "window", spec, func(ctx context.Context, env *labtest.Env) error {
+		plane, bin = env.Plane, env.Skewgate
+		return nil
+	}))
+}
+
+// startAuto runs node n's skewgate as the DaemonSet does: steering mode
+// auto, peers from the cluster.
+func startAuto(t *testing.T, name string) lab.Proc {
+	t.Helper()
+	proc, err := plane.StartSkewgate(context.Background(), name, bin, lab.SkewgateMode{Steering: true, Kubeconfig: true,
+		Extra: []string{"--steering-window-hold=" + hold.String()}}, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proc.Stop(5 * time.Second) })
+	return proc
+}
+
+var stateRE = regexp.MustCompile(`(?m)^skewgate_steering_state\{state="(\w+)"\} 1$`)
+
+// state is node name's steering state, from its metrics.
+func state(t *testing.T, name string) string {
+	t.Helper()
+	n, _ := plane.Node(name)
+	resp, err := http.Get(lab.SkewgateAdminURL(n) + "/metrics")
+	if err != nil {
+		return "unreachable"
+	}
+	defer resp.Body.Close()
+	body := make([]byte, 0, 1<<16)
+	buf := make([]byte, 32<<10)
+	for {
+		k, err := resp.Body.Read(buf)
+		body = append(body, buf[:k]...)
+		if err != nil {
+			break
+		}
+	}
+	if m := stateRE.FindSubmatch(body); m != nil {
+		return string(m[1])
+	}
+	return "none"
+}
+
+// waitState polls node name's steering state every 20 ms until it is want
+// and returns when it became so.
+func waitState(t *testing.T, name, want string, within time.Duration) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if state(t, name) == want {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: steering %s after %s, want %s", name, state(t, name), within, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// steeredGet asks node name's address on a new connection and reports
+// whether skewgate answered, and the status.
+func steeredGet(t *testing.T, name, path string) (bool, int) {
+	t.Helper()
+	n, _ := plane.Node(name)
+	c, err := plane.PKI.HTTPClient(plane.PKI.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Transport.(*http.Transport).DisableKeepAlives = true
+	resp, err := c.Get(n.URL() + path)
+	if err != nil {
+		t.Fatalf("GET %s on %s: %v", path, name, err)
+	}
+	resp.Body.Close()
+	return resp.Header.Get("X-Skewgate-Route") != "", resp.StatusCode
+}
+
+func setSwitch(t *testing.T, mode string) time.Time {
+	t.Helper()
+	a, _ := plane.Node("node-a")
+	client, err := plane.AdminClient(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cms := client.CoreV1().ConfigMaps("kube-system")
+	at := time.Now()
+	if mode == "" {
+		if err := cms.Delete(ctx, "skewgate", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "skewgate"}, Data: map[string]string{"steering": mode}}
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return at
+}
+
+const workloads = "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads"
+
+func TestAutoMode(t *testing.T) {
+	startAuto(t, "node-a")
+	// Both servers v1.35.4: no window, nothing steered.
+	waitState(t, "node-a", "standby", 30*time.Second)
+	if steered, code := steeredGet(t, "node-a", "/api/v1/namespaces"); steered || code != http.StatusOK {
+		t.Fatalf("one version, mode auto: steered=%t %d, want the apiserver's own answer", steered, code)
+	}
+
+	t.Run("the cluster switch", func(t *testing.T) {
+		at := setSwitch(t, "always")
+		d := waitState(t, "node-a", "steering", 5*time.Second).Sub(at)
+		t.Logf("kube-system/skewgate steering=always → node-a steering after %s", d.Round(time.Millisecond))
+		if d > time.Second {
+			t.Errorf("the switch took %s, want within 1 s", d)
+		}
+		at = setSwitch(t, "off")
+		d = waitState(t, "node-a", "standby", 5*time.Second).Sub(at)
+		t.Logf("steering=off → node-a standby after %s", d.Round(time.Millisecond))
+		if d > time.Second {
+			t.Errorf("the switch took %s, want within 1 s", d)
+		}
+		// The cluster's choice survives an agent restart.
+		setSwitch(t, "always")
+		waitState(t, "node-a", "steering", 5*time.Second)
+		if st := state(t, "node-a"); st != "steering" {
+			t.Fatal(st)
+		}
+		restart(t)
+		waitState(t, "node-a", "steering", 60*time.Second)
+		at = setSwitch(t, "")
+		waitState(t, "node-a", "standby", 5*time.Second)
+		t.Logf("switch removed: node-a back to mode auto, standby after %s", time.Since(at).Round(time.Millisecond))
+	})
+
+	t.Run("a restart opens the window, the hold closes it", func(t *testing.T) {
+		stopAt := time.Now()
+		if err := plane.StopNode("node-b"); err != nil {
+			t.Fatal(err)
+		}
+		engaged := waitState(t, "node-a", "steering", 10*time.Second)
+		t.Logf("node-b stopped → node-a steering after %s", engaged.Sub(stopAt).Round(time.Millisecond))
+		if err := plane.StartNode(context.Background(), "node-b", 90*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		back := time.Now()
+		closed := waitState(t, "node-a", "standby", hold+60*time.Second)
+		t.Logf("node-b back on the same version → node-a standby after %s (hold %s)", closed.Sub(back).Round(time.Millisecond), hold)
+		if closed.Sub(back) < hold-time.Second {
+			t.Errorf("the window closed %s after the servers agreed again, before the hold of %s", closed.Sub(back), hold)
+		}
+	})
+
+	t.Run("an upgrade opens the window", func(t *testing.T) {
+		stopAt := time.Now()
+		errc := make(chan error, 1)
+		go func() { errc <- plane.UpgradeNode(context.Background(), "node-b", lab.NewVersion, 0, 90*time.Second) }()
+		engaged := waitState(t, "node-a", "steering", 90*time.Second)
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		ready := time.Now() // UpgradeNode returns once node-b passes /readyz
+		t.Logf("node-b stopped for its upgrade → node-a steering after %s; node-b ready on %s %s after that",
+			engaged.Sub(stopAt).Round(time.Millisecond), lab.NewVersion, ready.Sub(engaged).Round(time.Millisecond))
+		if engaged.After(ready.Add(time.Second)) {
+			t.Errorf("steering engaged %s after the new server was ready, want within 1 s", engaged.Sub(ready))
+		}
+		// A client of node-a's address reads what only node-b serves.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			steered, code := steeredGet(t, "node-a", workloads)
+			if steered && code == http.StatusOK {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("workloads through node-a's address: steered=%t %d", steered, code)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+
+}
+
+// restart stops node-a's skewgate and starts it again.
+func restart(t *testing.T) {
+	t.Helper()
+	proc, ok := plane.State.Proc("skewgate-node-a")
+	if !ok {
+		t.Fatal("no skewgate on node-a")
+	}
+	if err := proc.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	startAuto(t, "node-a")
+}

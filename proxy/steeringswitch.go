@@ -1,0 +1,93 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// The cluster-wide steering switch: kube-system/skewgate, key "steering",
+// value always, auto or off. Every agent follows it, and it wins over
+// --steering-mode: `kubectl patch` arms every node before an upgrade, or
+// turns every node off, and the choice survives restarts and reboots.
+// (The per-node pinned kill switch, `skewgate steer off`, still wins on
+// its node.)
+const (
+	SwitchConfigMap = "skewgate"
+	SwitchKey       = "steering"
+)
+
+// ValidModes are the values the switch takes.
+var ValidModes = map[string]bool{"always": true, "auto": true, "off": true}
+
+// SteeringSwitch is the cluster's choice, as last read.
+type SteeringSwitch struct {
+	mode atomic.Pointer[string]
+}
+
+// Mode returns the mode the cluster's ConfigMap sets, and whether it sets
+// a valid one.
+func (s *SteeringSwitch) Mode() (string, bool) {
+	if m := s.mode.Load(); m != nil {
+		return *m, true
+	}
+	return "", false
+}
+
+func (s *SteeringSwitch) set(cm *corev1.ConfigMap, log func(msg string, args ...any)) {
+	v, ok := "", false
+	if cm != nil {
+		v, ok = cm.Data[SwitchKey]
+	}
+	prev, had := s.Mode()
+	switch {
+	case ok && ValidModes[v]:
+		s.mode.Store(&v)
+	case ok:
+		log("kube-system/"+SwitchConfigMap+": invalid steering mode; ignored, the flag's mode applies", "value", v)
+		s.mode.Store(nil)
+	default:
+		s.mode.Store(nil)
+	}
+	if now, has := s.Mode(); now != prev || has != had {
+		log("cluster steering mode changed", "mode", now, "set", has)
+	}
+}
+
+// watchSwitch follows kube-system/skewgate. It returns once the first
+// read is done; a ConfigMap that cannot be read (RBAC) leaves the flag's
+// mode in force, with a warning.
+func (p *Proxy) watchSwitch(ctx context.Context, client kubernetes.Interface) {
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(metav1.NamespaceSystem),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", SwitchConfigMap).String()
+		}))
+	inf := f.Core().V1().ConfigMaps().Informer()
+	log := func(msg string, args ...any) { p.cfg.Log.Info(msg, args...) }
+	set := func(obj any) {
+		cm, _ := obj.(*corev1.ConfigMap)
+		p.Switch.set(cm, log)
+	}
+	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, obj any) { set(obj) },
+		DeleteFunc: func(any) { p.Switch.set(nil, log) },
+	})
+	_ = inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+		if !errors.Is(err, context.Canceled) {
+			p.cfg.Log.Warn("kube-system/"+SwitchConfigMap+" not followed; --steering-mode applies", "err", err)
+		}
+	})
+	f.Start(ctx.Done())
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	f.WaitForCacheSync(sctx.Done())
+}
