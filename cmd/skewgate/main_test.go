@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/netip"
 	"os"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -121,14 +123,19 @@ func TestRunLogsJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	serving := pki.Serving["node-a"]
+	// A local apiserver that is down is no reason to stop (skewgate serves
+	// through peers meanwhile); one whose certificate the peer CA does not
+	// trust is a wrong flag, and the quickest way out here.
+	impostor := httptest.NewTLSServer(http.NotFoundHandler())
+	defer impostor.Close()
 	code, out, errOut := skewgate(t, "run", "--logging-format=json", "-v=2",
 		"--tls-cert-file="+serving.CertFile, "--tls-private-key-file="+serving.KeyFile,
 		"--client-ca-file="+pki.CAFile, "--proxy-client-cert-file="+pki.FrontProxyClient.CertFile,
 		"--proxy-client-key-file="+pki.FrontProxyClient.KeyFile, "--peer-ca-file="+pki.CAFile,
-		"--local-apiserver=https://127.0.0.1:1", "--peers=https://127.0.0.1:2,https://198.51.100.7:6443",
+		"--local-apiserver="+impostor.URL, "--peers=https://127.0.0.1:2,https://198.51.100.7:6443",
 		"--state-file="+filepath.Join(dir, "state.json"))
-	if code != 1 || !strings.Contains(errOut, "127.0.0.1:1 unreachable") {
-		t.Fatalf("exit %d, want 1 and the unreachable local apiserver: %s", code, errOut)
+	if code != 1 || !strings.Contains(errOut, "apiserver certificate not trusted") {
+		t.Fatalf("exit %d, want 1 and the untrusted local apiserver: %s", code, errOut)
 	}
 	var records int
 	var sawPeers bool
