@@ -21,8 +21,11 @@ type Options struct {
 	ReadyTimeout time.Duration
 	Progress     io.Writer
 	// Skewgate, if set, is the skewgate binary to run on every node,
-	// steering the node's IP:6443 into itself.
+	// steering the node's addresses into itself.
 	Skewgate string
+	// SkewgateSteeringMode is those skewgates' --steering-mode ("": the
+	// default, auto).
+	SkewgateSteeringMode string
 	// Versions are more kube-apiserver versions to have built, for
 	// UpgradeNode.
 	Versions []string
@@ -37,6 +40,8 @@ type Plane struct {
 	State *State
 	out   io.Writer
 	cache string // CacheDir
+	// skewgateMode is how Up runs skewgate on every node.
+	skewgateMode SkewgateMode
 }
 
 // stopGrace is how long a process gets to exit after SIGTERM.
@@ -76,6 +81,7 @@ func Up(ctx context.Context, o Options) (*Plane, error) {
 		return nil, err
 	}
 	p := &Plane{Dir: o.Dir, Spec: o.Spec, Bins: bins, out: o.Progress, cache: o.CacheDir}
+	p.skewgateMode = SkewgateMode{Steering: true, SteeringMode: o.SkewgateSteeringMode}
 	if err := p.up(ctx, o.ReadyTimeout, o.Skewgate); err != nil {
 		if derr := down(o.Dir, true); derr != nil {
 			return nil, errors.Join(err, fmt.Errorf("tear down after failure: %w", derr))
@@ -126,7 +132,7 @@ func (p *Plane) up(ctx context.Context, readyTimeout time.Duration, skewgate str
 	}
 	if skewgate != "" {
 		for _, n := range p.Spec.Nodes {
-			if _, err := p.StartSkewgate(ctx, n.Name, skewgate, SkewgateMode{Steering: true}, readyTimeout); err != nil {
+			if _, err := p.StartSkewgate(ctx, n.Name, skewgate, p.skewgateMode, readyTimeout); err != nil {
 				return err
 			}
 			fmt.Fprintf(p.out, "lab: %s skewgate steering %s:%d (pins %s)\n", n.Name, n.IP, APIServerPort, SkewgatePinPath(n))

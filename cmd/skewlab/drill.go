@@ -45,7 +45,7 @@ func newDrillCmd() *cobra.Command {
 	f.StringVar(&o.CacheDir, "cache", o.CacheDir, "binary cache")
 	f.StringVar(&o.Skewgate, "skewgate", "bin/skewgate", "skewgate binary for the skewgate mode")
 	f.BoolVar(&o.Short, "short", false, "upgrade and roll back node-a only")
-	f.StringVar(&modes, "modes", "", "comma-separated subset of: "+strings.Join([]string{drill.ModeNone, drill.ModeInTree, drill.ModeSkewgate}, ","))
+	f.StringVar(&modes, "modes", "", "comma-separated subset of: "+strings.Join([]string{drill.ModeNone, drill.ModeInTree, drill.ModeSkewgate, drill.ModeSkewgateAuto}, ","))
 	f.StringVar(&report, "report", report, "where the markdown report goes")
 	f.StringVar(&o.OutDir, "images", filepath.Join("docs", "drill"), "where the report's PNGs go")
 	f.StringVar(&o.Prometheus, "prometheus", "", "prometheus binary (default: from $PATH)")

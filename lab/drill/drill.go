@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/skewgate/skewgate/lab"
@@ -17,10 +18,19 @@ import (
 
 // Modes the drill compares.
 const (
-	ModeNone     = "no skewgate"
-	ModeInTree   = "in-tree proxy"
+	ModeNone   = "no skewgate"
+	ModeInTree = "in-tree proxy"
+	// ModeSkewgate steers always (--steering-mode=always), as an operator
+	// who armed the cluster before the upgrade runs it.
 	ModeSkewgate = "skewgate"
+	// ModeSkewgateAuto is the default, auto, not armed: steering engages
+	// when the first server goes away, and connections made before stay
+	// direct.
+	ModeSkewgateAuto = "skewgate auto"
 )
+
+// skewgateModes are the modes that run skewgate.
+var skewgateModes = map[string]string{ModeSkewgate: "always", ModeSkewgateAuto: "auto"}
 
 // Options configure Run.
 type Options struct {
@@ -72,7 +82,7 @@ type Phase struct {
 
 func (o *Options) defaults() {
 	if len(o.Modes) == 0 {
-		o.Modes = []string{ModeNone, ModeInTree, ModeSkewgate}
+		o.Modes = []string{ModeNone, ModeInTree, ModeSkewgate, ModeSkewgateAuto}
 	}
 	if o.Steady == 0 {
 		o.Steady = 10 * time.Second
@@ -133,8 +143,8 @@ func runMode(ctx context.Context, o Options, mode string) (*Result, error) {
 	spec.InTreeProxy = mode == ModeInTree
 	lo := lab.Options{Dir: o.Dir, CacheDir: o.CacheDir, Spec: spec, Progress: o.Progress,
 		Versions: []string{lab.NewVersion}}
-	if mode == ModeSkewgate {
-		lo.Skewgate = o.Skewgate
+	if steering, ok := skewgateModes[mode]; ok {
+		lo.Skewgate, lo.SkewgateSteeringMode = o.Skewgate, steering
 	}
 	plane, err := lab.Up(ctx, lo)
 	if err != nil {
@@ -185,7 +195,7 @@ func drive(ctx context.Context, o Options, plane *lab.Plane, pres *presence) (*R
 	}
 	go lb.check(wctx, pc)
 	res := &Result{Start: time.Now(), gaps: map[string]int{}}
-	gaps := &gapCounter{counts: res.gaps, served: pres.served}
+	gaps := &gapCounter{counts: res.gaps, served: pres.servedAtAll}
 	phase := func() string { rec.mu.Lock(); defer rec.mu.Unlock(); return rec.phase }
 	gaps.phase = phase
 	begin := func(name string) {
@@ -198,7 +208,16 @@ func drive(ctx context.Context, o Options, plane *lab.Plane, pres *presence) (*R
 		fmt.Fprintf(o.Progress, "drill:   %s\n", name)
 	}
 	done := make(chan struct{})
-	go func() { clients{plane.PKI, lb, rec}.workload(wctx, gaps); close(done) }()
+	go func() {
+		var wg sync.WaitGroup
+		for _, n := range plane.Spec.Nodes {
+			wg.Add(1)
+			go func() { defer wg.Done(); clients{plane.PKI, lb, rec}.pinned(wctx, n) }()
+		}
+		clients{plane.PKI, lb, rec}.workload(wctx, gaps)
+		wg.Wait()
+		close(done)
+	}()
 	begin("steady " + lab.OldVersion)
 	sleep(ctx, o.Steady)
 	for _, s := range steps(o.Short) {

@@ -50,26 +50,28 @@ func (p *presence) down(node string, at time.Time) {
 	}
 }
 
-// served reports whether a version live now, or one that left within the
-// grace, serves gvr (an empty resource: the group/version).
-func (p *presence) served(gvr schema.GroupVersionResource) bool {
+// served reports whether a version live now serves gvr (an empty
+// resource: the group/version), and whether one that left within the
+// grace did.
+func (p *presence) served(gvr schema.GroupVersionResource) (live, inGrace bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	versions := map[string]bool{}
 	for _, v := range p.live {
-		versions[v] = true
+		live = live || p.catalog[v][gvr]
 	}
 	for _, d := range p.departed {
 		if time.Since(d.at) < grace {
-			versions[d.version] = true
+			inGrace = inGrace || p.catalog[d.version][gvr]
 		}
 	}
-	for v := range versions {
-		if p.catalog[v][gvr] {
-			return true
-		}
-	}
-	return false
+	return live, inGrace
+}
+
+// servedAtAll reports whether a live server, or one within the grace,
+// serves gvr.
+func (p *presence) servedAtAll(gvr schema.GroupVersionResource) bool {
+	live, inGrace := p.served(gvr)
+	return live || inGrace
 }
 
 // learn reads what version serves from its server's own (nopeer)

@@ -5,20 +5,32 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/skewgate/skewgate/proxy/forward"
 	"github.com/skewgate/skewgate/proxy/route"
 )
 
 // Outcome classes of one answer, as the report counts them.
 const (
 	OK          = "ok"          // 2xx, or a genuine 4xx (conflict, object not found, forbidden)
-	False404    = "false 404"   // 404 for a resource type some live server, or one that left within the grace, serves
+	False404    = "false 404"   // a type-not-found 404 while a live, ready server served the type
+	Grace404    = "grace 404"   // a type-not-found 404 while only a server that left within the grace served it (a rollback)
 	Unavailable = "503"         // 503 Status: temporarily unavailable, retry
-	Error       = "other error" // transport errors, 5xx other than 503, 404s of the wrong kind
+	Error       = "other error" // transport errors, 5xx other than 503
+)
+
+// Causes of a 503, from its message.
+const (
+	CauseLocalAway  = "local server away"
+	CauseRestarting = "capable server away or unknown"
+	CauseRollback   = "rollback grace"
+	CauseLimit      = "peer limit or breaker"
+	CauseOther      = "other"
 )
 
 // event is one answered request.
@@ -32,22 +44,26 @@ type event struct {
 	server  string // X-Skewgate-Server
 	latency time.Duration
 	outcome string
+	cause   string // of a 503
+	// pinned names the node a pinned client talks to ("" for the load
+	// balancer's clients).
+	pinned string
 }
 
 // recorder classifies and keeps every answer of one mode's run.
 type recorder struct {
 	classifier *route.Classifier
-	// served reports whether gvr is served by a server that is live or
-	// left within the grace window, at the time of the answer; an empty
-	// resource asks for the group/version.
-	served func(schema.GroupVersionResource) bool
+	// served reports whether gvr is served by a server that is live, and
+	// whether by one that left within the grace window, at the time of
+	// the answer; an empty resource asks for the group/version.
+	served func(schema.GroupVersionResource) (live, grace bool)
 
 	mu     sync.Mutex
 	phase  string
 	events []event
 }
 
-func newRecorder(served func(schema.GroupVersionResource) bool) *recorder {
+func newRecorder(served func(schema.GroupVersionResource) (bool, bool)) *recorder {
 	return &recorder{classifier: route.NewClassifier(), served: served, phase: "start"}
 }
 
@@ -57,16 +73,20 @@ func (r *recorder) setPhase(p string) {
 	r.mu.Unlock()
 }
 
-// notFoundResource is the apiserver's message when it does not serve the
-// resource type at all, as opposed to an object that does not exist.
-var notFoundResource = []byte("the server could not find the requested resource")
+// RoundTripper records every exchange of the load balancer's clients.
+func (r *recorder) RoundTripper(next http.RoundTripper) http.RoundTripper { return r.pinnedTo("", next) }
 
-// RoundTripper records every exchange that passes through it.
-func (r *recorder) RoundTripper(next http.RoundTripper) http.RoundTripper {
+// Pinned returns a wrapper recording the exchanges of a client pinned to
+// node.
+func (r *recorder) Pinned(node string) func(http.RoundTripper) http.RoundTripper {
+	return func(next http.RoundTripper) http.RoundTripper { return r.pinnedTo(node, next) }
+}
+
+func (r *recorder) pinnedTo(node string, next http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		start := time.Now()
 		resp, err := next.RoundTrip(req)
-		e := event{at: start, latency: time.Since(start)}
+		e := event{at: start, latency: time.Since(start), pinned: node}
 		info, cerr := r.classifier.Classify(req)
 		e.kind = kindOf(req, info.Kind)
 		if cerr == nil {
@@ -86,25 +106,29 @@ func (r *recorder) RoundTripper(next http.RoundTripper) http.RoundTripper {
 		}
 		e.code, e.route, e.server = resp.StatusCode, resp.Header.Get("X-Skewgate-Route"), resp.Header.Get("X-Skewgate-Server")
 		var body []byte
-		if resp.StatusCode == http.StatusNotFound {
+		if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusServiceUnavailable {
 			body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 			resp.Body = io.NopCloser(bytes.NewReader(body))
 		}
-		e.outcome = r.classify(e, body)
+		e.outcome = r.classify(&e, body)
 		r.add(e)
 		return resp, nil
 	})
 }
 
-func (r *recorder) classify(e event, body []byte) string {
+func (r *recorder) classify(e *event, body []byte) string {
 	switch {
 	case e.code == http.StatusServiceUnavailable:
+		e.cause = cause503(body)
 		return Unavailable
-	case e.code == http.StatusNotFound && bytes.Contains(body, notFoundResource):
+	case e.code == http.StatusNotFound && forward.TypeNotFound(&http.Response{StatusCode: e.code, Body: io.NopCloser(bytes.NewReader(body))}):
 		if e.gvr.Group != "" || e.gvr.Version != "" {
-			if r.served(e.gvr) {
+			switch live, grace := r.served(e.gvr); {
+			case live:
 				return False404
+			case grace:
+				return Grace404
 			}
 		}
 		return OK // a genuine 404: nobody serves it
@@ -112,6 +136,22 @@ func (r *recorder) classify(e event, body []byte) string {
 		return OK
 	}
 	return Error
+}
+
+// cause503 sorts a 503 by what its message says (skewgate's Status
+// messages; the in-tree proxy's and the apiserver's own are "other").
+func cause503(body []byte) string {
+	switch b := string(body); {
+	case strings.Contains(b, "local server is away"):
+		return CauseLocalAway
+	case strings.Contains(b, "before they restarted on another version"):
+		return CauseRollback
+	case strings.Contains(b, "only unhealthy or departed peers"), strings.Contains(b, "is not known yet"):
+		return CauseRestarting
+	case strings.Contains(b, "circuit open"), strings.Contains(b, "too many requests"):
+		return CauseLimit
+	}
+	return CauseOther
 }
 
 func (r *recorder) add(e event) {

@@ -15,7 +15,12 @@ import (
 
 // Tally is what one phase (or a whole run) of one mode answered.
 type Tally struct {
-	Requests, OK, False404, Unavailable, Errors int
+	Requests, OK, False404, Grace404, Unavailable, Errors int
+	// Causes counts the 503s by cause (Cause*).
+	Causes map[string]int
+	// Pinned counts the pinned clients' requests, and those that failed
+	// (anything but OK).
+	Pinned, PinnedFailed int
 	// UnavailableFor spans the first to the last 503 of the phase.
 	UnavailableFor time.Duration
 	Routes         map[string]int
@@ -27,18 +32,27 @@ type Tally struct {
 
 // tally counts events; latencies of requests other than watches.
 func tally(events []event, gaps int) Tally {
-	t := Tally{Routes: map[string]int{}, Gaps: gaps}
+	t := Tally{Routes: map[string]int{}, Causes: map[string]int{}, Gaps: gaps}
 	var lat []time.Duration
 	var first503, last503 time.Time
 	for _, e := range events {
 		t.Requests++
+		if e.pinned != "" {
+			t.Pinned++
+			if e.outcome != OK {
+				t.PinnedFailed++
+			}
+		}
 		switch e.outcome {
 		case OK:
 			t.OK++
 		case False404:
 			t.False404++
+		case Grace404:
+			t.Grace404++
 		case Unavailable:
 			t.Unavailable++
+			t.Causes[e.cause]++
 			if first503.IsZero() {
 				first503 = e.at
 			}
@@ -91,36 +105,110 @@ func (r *Result) Total() Tally {
 
 // WriteReport writes the drill's report as markdown.
 func WriteReport(w io.Writer, results []*Result, o Options, command string, images []string) {
+	o.defaults()
 	fmt.Fprintf(w, "# Upgrade drill: v1.35.4 → v1.36.3 → v1.35.4\n\n")
 	fmt.Fprintf(w, "Written by `%s` on %s (%s/%s, %d CPUs); regenerate it by running that again. "+
 		"Three nodes start at v1.35.4 and are upgraded one at a time to v1.36.3, each after the previous is ready, then rolled back one at a time. "+
 		"node-b's apiserver is held down %s in its upgrade (a slow image pull). A load balancer spreads the workload's connections over the nodes whose `/readyz` passes: "+
 		"informers (list + watch) on configmaps, `scheduling.k8s.io/v1alpha2` workloads and `admissionregistration.k8s.io/v1` mutatingadmissionpolicies "+
 		"(both only on v1.36; diffing the two versions' discovery finds nothing only on v1.35), creates/updates/deletes, lists and gets, "+
-		"discovery refreshes as kubectl does them, and a namespace deleted as the namespace controller does (discovery, then deletecollection of every namespaced resource).\n\n",
+		"discovery refreshes as kubectl does them, and a namespace deleted as the namespace controller does (discovery, then deletecollection of every namespaced resource). "+
+		"Beside them, one **pinned client per node** talks to that node's own address on one kept connection, as kube-controller-manager, kube-scheduler and "+
+		"kubeadm's local-mode kubelets do: lists, creates and deletes of configmaps and lists of workloads, ten a second, through the node's own restart.\n\n",
 		command, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), o.Hold)
-	fmt.Fprintf(w, "A **false 404** is a 404 \"the server could not find the requested resource\" for a resource type that a live server, or one that left within %s, serves. "+
-		"A **discovery gap** is a discovery answer (a client's refresh, or the namespace deletion's) that lacks such a group/version: the client then acts as on a false 404.\n\n", grace)
-	fmt.Fprintf(w, "## Totals\n\n| mode | duration | requests | false 404s | discovery gaps | 503s | 503s lasted | other errors | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "A **false 404** is a type-not-found 404 (`the server could not find the requested resource`, or the plain `404 page not found` of a group the server does not serve) "+
+		"for a resource type a live, ready server served at that moment. A **404 in the grace** is one for a type that only a server that left within %s served: "+
+		"after a rollback takes the type away, it is gone for good once the grace ends, so whether such a 404 is false is a matter of definition; skewgate answers 503 then. "+
+		"A **discovery gap** is a discovery answer (a client's refresh, or the namespace deletion's) that lacks a group/version a live server, or one within the grace, serves: "+
+		"the client then acts as on a false 404. **503s by cause**: the local server away, a capable server away or not yet known, the rollback grace, "+
+		"a peer's in-flight limit or breaker, other (the in-tree proxy's and the apiservers' own). **Other errors** are failed requests: transport errors, resets, 5xx but 503. "+
+		"Modes: `%s` steers always (an operator armed the cluster before the upgrade), `%s` is the default, not armed.\n\n",
+		grace, ModeSkewgate, ModeSkewgateAuto)
+	fmt.Fprintf(w, "## Totals\n\n| mode | duration | requests | false 404s | 404s in the grace | discovery gaps | 503s (by cause) | 503s lasted | other errors | pinned clients failed | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		t := r.Total()
-		fmt.Fprintf(w, "| %s | %s | %d | **%d** | %d | %d | %s | %d | %s | %s |\n", r.Mode, r.End.Sub(r.Start).Round(time.Second),
-			t.Requests, t.False404, t.Gaps, t.Unavailable, t.UnavailableFor.Round(100*time.Millisecond), t.Errors, ms(t.P50), ms(t.P99))
+		fmt.Fprintf(w, "| %s | %s | %d | **%d** | %d | %d | %s | %s | %d | %d of %d | %s | %s |\n", r.Mode, r.End.Sub(r.Start).Round(time.Second),
+			t.Requests, t.False404, t.Grace404, t.Gaps, causes(t), t.UnavailableFor.Round(100*time.Millisecond), t.Errors, t.PinnedFailed, t.Pinned, ms(t.P50), ms(t.P99))
 	}
+	writeComparison(w, results)
 	for _, img := range images {
 		fmt.Fprintf(w, "\n![%s](%s)\n", img, img)
 	}
 	for _, r := range results {
-		fmt.Fprintf(w, "\n## %s, per phase\n\n| phase | took | requests | false 404s | discovery gaps | 503s (lasted) | other errors | routes | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|\n", r.Mode)
+		fmt.Fprintf(w, "\n## %s, per phase\n\n| phase | took | requests | false 404s | 404s in the grace | discovery gaps | 503s by cause (lasted) | other errors | pinned failed | routes | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n", r.Mode)
 		for i, t := range r.PhaseTallies() {
 			p := r.Phases[i]
-			fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d (%s) | %d | %s | %s | %s |\n", p.Name, p.End.Sub(p.Start).Round(100*time.Millisecond),
-				t.Requests, t.False404, t.Gaps, t.Unavailable, t.UnavailableFor.Round(100*time.Millisecond), t.Errors, routes(t.Routes), ms(t.P50), ms(t.P99))
+			fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %s (%s) | %d | %d of %d | %s | %s | %s |\n", p.Name, p.End.Sub(p.Start).Round(100*time.Millisecond),
+				t.Requests, t.False404, t.Grace404, t.Gaps, causes(t), t.UnavailableFor.Round(100*time.Millisecond), t.Errors, t.PinnedFailed, t.Pinned, routes(t.Routes), ms(t.P50), ms(t.P99))
 		}
 		writeSamples(w, r)
 		if r.Monitor != nil {
 			writeMonitoring(w, r.Monitor)
 		}
+	}
+}
+
+// causes renders a tally's 503s by cause.
+func causes(t Tally) string {
+	if t.Unavailable == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d: %s", t.Unavailable, routes(t.Causes))
+}
+
+// upgradePhase reports whether a phase moves a node (an upgrade or a
+// rollback), as opposed to a steady one.
+func upgradePhase(name string) bool {
+	return strings.HasPrefix(name, "upgrade ") || strings.HasPrefix(name, "rollback ")
+}
+
+// writeComparison says, column by column over the phases that move a
+// node, where each skewgate mode is worse than another mode, plainly.
+func writeComparison(w io.Writer, results []*Result) {
+	type column struct {
+		name string
+		of   func(Tally) int
+	}
+	cols := []column{
+		{"false 404s", func(t Tally) int { return t.False404 }},
+		{"404s in the grace", func(t Tally) int { return t.Grace404 }},
+		{"discovery gaps", func(t Tally) int { return t.Gaps }},
+		{"503s", func(t Tally) int { return t.Unavailable }},
+		{"other errors", func(t Tally) int { return t.Errors }},
+		{"pinned clients' failed requests", func(t Tally) int { return t.PinnedFailed }},
+	}
+	sums := map[string]map[string]int{}
+	for _, r := range results {
+		sums[r.Mode] = map[string]int{}
+		for i, t := range r.PhaseTallies() {
+			if upgradePhase(r.Phases[i].Name) {
+				for _, c := range cols {
+					sums[r.Mode][c.name] += c.of(t)
+				}
+			}
+		}
+	}
+	fmt.Fprintf(w, "\nIn the phases that move a node (upgrades and rollbacks):\n\n")
+	for _, r := range results {
+		if _, ok := skewgateModes[r.Mode]; !ok {
+			continue
+		}
+		var worse []string
+		for _, o := range results {
+			if o.Mode == r.Mode {
+				continue
+			}
+			for _, c := range cols {
+				if a, b := sums[r.Mode][c.name], sums[o.Mode][c.name]; a > b {
+					worse = append(worse, fmt.Sprintf("%s: %d against %d with %s", c.name, a, b, o.Mode))
+				}
+			}
+		}
+		if len(worse) == 0 {
+			fmt.Fprintf(w, "- **%s** is at least as good as every other mode in every column.\n", r.Mode)
+			continue
+		}
+		fmt.Fprintf(w, "- **%s** is worse in: %s.\n", r.Mode, strings.Join(worse, "; "))
 	}
 }
 

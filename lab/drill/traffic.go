@@ -142,6 +142,39 @@ func (c clients) workload(ctx context.Context, gaps *gapCounter) {
 	wg.Wait()
 }
 
+// pinned is a client of one node's own address, as kube-controller-manager,
+// kube-scheduler and the kubelets of a control-plane node are (kubeadm's
+// local API endpoint): one connection, kept through the node's restart;
+// lists, creates and deletes of configmaps and lists of workloads, about
+// ten a second.
+func (c clients) pinned(ctx context.Context, n lab.Node) {
+	dyn, err := dynamic.NewForConfig(&rest.Config{
+		Host:            n.URL(),
+		TLSClientConfig: rest.TLSClientConfig{CAFile: c.pki.CAFile, CertFile: c.pki.Admin.CertFile, KeyFile: c.pki.Admin.KeyFile},
+		WrapTransport:   c.rec.Pinned(n.Name),
+		QPS:             -1,
+		Timeout:         15 * time.Second,
+	})
+	if err != nil {
+		return
+	}
+	cms := dyn.Resource(configMaps).Namespace("default")
+	for i := 0; ctx.Err() == nil; i++ {
+		name := fmt.Sprintf("pinned-%s-%d", n.Name, i/4)
+		switch i % 4 {
+		case 0:
+			_, _ = cms.List(ctx, metav1.ListOptions{Limit: 20})
+		case 1:
+			_, _ = cms.Create(ctx, configMap(name), metav1.CreateOptions{})
+		case 2:
+			_, _ = dyn.Resource(workloads).Namespace("default").List(ctx, metav1.ListOptions{Limit: 20})
+		case 3:
+			_ = cms.Delete(ctx, name, metav1.DeleteOptions{})
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+}
+
 // informers list and watch the three resources, as controllers do.
 func (c clients) informers(ctx context.Context) {
 	dyn, err := c.dynamic()
