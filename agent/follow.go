@@ -69,6 +69,9 @@ var (
 	descSkewWindow = prometheus.NewDesc("skewgate_skew_window",
 		"1 while the apiservers are in a skew window (they differ in version or in what they serve, or one is away, or within the hold time after): mode auto steers then.",
 		nil, nil)
+	descResetConnections = prometheus.NewDesc("skewgate_steering_reset_connections_total",
+		"Connections the apiserver accepted directly, ended when steering engaged after a standby so their clients reconnect through skewgate (--steering-reset-direct).",
+		nil, nil)
 	descSteeredTargets = prometheus.NewDesc("skewgate_steering_targets",
 		"How many addresses are steered (the node's addresses on the apiserver's port, a VIP while the node holds it).",
 		nil, nil)
@@ -81,6 +84,7 @@ func (c modeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descSteeringMode
 	ch <- descSkewWindow
 	ch <- descSteeredTargets
+	ch <- descResetConnections
 }
 
 func (c modeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -97,6 +101,7 @@ func (c modeCollector) Collect(ch chan<- prometheus.Metric) {
 		open = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descSkewWindow, prometheus.GaugeValue, open)
+	ch <- prometheus.MustNewConstMetric(descResetConnections, prometheus.CounterValue, float64(c.n.resets.Load()))
 	c.n.mu.Lock()
 	st := c.n.st
 	c.n.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,10 @@ type NodeConfig struct {
 	// window, for ModeAuto (nil: never open).
 	Mode   func() Mode
 	Window func() Window
+	// ResetDirect ends the connections the apiserver accepted directly
+	// when steering engages after a standby (see resetDirect), so their
+	// clients reconnect through skewgate.
+	ResetDirect bool
 	// PinPath is the bpffs directory of every pin.
 	PinPath string
 	// CgroupRoot is where connstat attaches (see CgroupRoot); empty: this
@@ -62,6 +67,8 @@ type Node struct {
 
 	mu sync.Mutex
 	st *Steering
+	// resets counts connections ended by resetDirect.
+	resets atomic.Uint64
 }
 
 // Listen opens the proxy's listener on addr (never MPTCP, which a SOCKMAP
@@ -188,6 +195,7 @@ func (n *Node) Engage(ctx context.Context, reg prometheus.Registerer) {
 	}
 	st, err := StartSteering(ctx, SteeringConfig{
 		PinPath: n.cfg.PinPath, Targets: n.target.All, Exempt: exempt, Log: n.cfg.Log, Want: n.wanted,
+		OnEngage: func() { n.resetDirect(ctx) },
 		Probe: func(ctx context.Context, isSteered bool) error {
 			if err := n.cfg.Ready(); err != nil {
 				return err
@@ -242,6 +250,41 @@ func (n *Node) followPeers(ctx context.Context, st *Steering) {
 		case <-tick.C:
 		}
 	}
+}
+
+// resetDirect ends the connections the apiserver accepted directly while
+// steering was not engaged, when --steering-reset-direct says so.
+func (n *Node) resetDirect(ctx context.Context) {
+	if !n.cfg.ResetDirect {
+		return
+	}
+	n.mu.Lock()
+	st := n.st
+	n.mu.Unlock()
+	targets := n.target.All
+	if st != nil {
+		targets = st.Targets()
+	}
+	peers := map[netip.Addr]bool{}
+	if n.cfg.PeerAddrs != nil {
+		for _, a := range n.cfg.PeerAddrs() {
+			peers[a.Unmap()] = true
+		}
+	}
+	own, err := ownSocketInodes()
+	if err != nil {
+		n.cfg.Log.Warn("steering engaged: direct connections not ended", "err", err)
+		return
+	}
+	start := time.Now()
+	ended, err := resetDirect(ctx, targets, func(a netip.AddrPort, inode uint32) bool { return peers[a.Addr()] || own[uint64(inode)] })
+	n.resets.Add(uint64(ended))
+	if err != nil {
+		n.cfg.Log.Warn("steering engaged: direct connections not all ended", "ended", ended, "err", err)
+		return
+	}
+	n.cfg.Log.Info("steering engaged: ended the connections the apiserver accepted directly, so their clients reconnect through skewgate",
+		"ended", ended, "took", time.Since(start).Round(time.Millisecond))
 }
 
 // listenerAddr is where a direct probe reaches the listener: its own

@@ -99,6 +99,9 @@ func (s *Steering) change(st Status) {
 	s.mu.Unlock()
 	if prev.State != st.State {
 		s.logChange(prev, st)
+		if st.State == StateSteering && (prev.State == StateStandby || prev.State == "") && s.cfg.OnEngage != nil {
+			go s.cfg.OnEngage()
+		}
 	}
 }
 

@@ -61,6 +61,10 @@ type SteeringConfig struct {
 	// reach the apiserver directly, and no probe runs: a standby is no
 	// failure, and steering engages on the next renewal once wanted.
 	Want func() (bool, string)
+	// OnEngage, if set, runs (in its own goroutine) when steering engages
+	// after a standby or at start: connections made meanwhile went to the
+	// apiserver directly.
+	OnEngage func()
 	// Log receives every change of steering state, once (nil: discarded).
 	Log *slog.Logger
 }

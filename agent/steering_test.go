@@ -447,3 +447,43 @@ func TestSteeringSetTargets(t *testing.T) {
 		t.Errorf("Targets = %v", s.Targets())
 	}
 }
+
+// A connection the apiserver accepted while steering was in standby is
+// ended when steering engages, so its client reconnects through the
+// proxy; connections skip names stay.
+func TestResetDirectEndsConnectionsFromBeforeTheWindow(t *testing.T) {
+	n := newNode(t)
+	var want atomic.Bool
+	cfg := n.steeringConfig()
+	cfg.Want = func() (bool, string) { return want.Load(), "test" }
+	ln := listenIn(t, n.ns, proxyAddr)
+	serveGreeter(t, "proxy", ln)
+	s := startSteering(t, cfg, ln)
+	waitState(t, s, StateStandby)
+	direct, kept := n.dial.dial(targetAddr), n.dial.dial(targetAddr)
+	if direct.err != nil || direct.greet != "origin" || kept.err != nil {
+		t.Fatalf("in standby: %q %v", direct.greet, direct.err)
+	}
+	defer direct.conn.Close()
+	defer kept.conn.Close()
+	keep := kept.conn.LocalAddr().(*net.TCPAddr).AddrPort()
+	want.Store(true)
+	waitState(t, s, StateSteering)
+	var ended int
+	n.ns.do(t, func() (err error) {
+		ended, err = resetDirect(context.Background(), cfg.Targets, func(remote netip.AddrPort, _ uint32) bool { return remote == keep })
+		return err
+	})
+	if ended != 1 {
+		t.Fatalf("ended %d connections, want the one direct connection not skipped", ended)
+	}
+	if err := echo(direct.conn); err == nil {
+		t.Error("the direct connection from before the window still works")
+	}
+	if err := echo(kept.conn); err != nil {
+		t.Errorf("the skipped connection was ended: %v", err)
+	}
+	if got := n.dial.who(t, targetAddr); got != "proxy" {
+		t.Errorf("a new connection after the reset: %s answered", got)
+	}
+}

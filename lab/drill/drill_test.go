@@ -74,6 +74,11 @@ func TestShortDrill(t *testing.T) {
 	if sg.Requests < 500 || sg.Errors > 0 {
 		t.Errorf("with skewgate: %d requests, %d other errors", sg.Requests, sg.Errors)
 	}
+	t.Logf("pinned clients: %d of %d failed without skewgate, %d of %d with skewgate (rule 3a); 404s in the grace %d and %d",
+		none.PinnedFailed, none.Pinned, sg.PinnedFailed, sg.Pinned, none.Grace404, sg.Grace404)
+	if sg.PinnedFailed != 0 || sg.Grace404 != 0 {
+		t.Errorf("with skewgate: %d pinned clients' requests failed through node-a's restarts, %d 404s in the grace", sg.PinnedFailed, sg.Grace404)
+	}
 	for _, p := range results[1].Monitor.Panels {
 		if p.Series == 0 {
 			t.Errorf("dashboard query %q returned no series over the drill (%s)", p.Expr, p.Err)

@@ -8,6 +8,8 @@ package window
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"regexp"
@@ -24,6 +26,7 @@ import (
 var (
 	plane *lab.Plane
 	bin   string
+	top   *testing.T // TestAutoMode, which owns node-a's skewgate
 	// hold is the skew window's hold time here (10 minutes by default).
 	hold = 8 * time.Second
 )
@@ -88,10 +91,27 @@ func waitState(t *testing.T, name, want string, within time.Duration) time.Time 
 			return time.Now()
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: steering %s after %s, want %s", name, state(t, name), within, want)
+			t.Fatalf("%s: steering %s after %s, want %s; /debug/routes: %s", name, state(t, name), within, want, steeringView(name))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// steeringView is node name's steering as /debug/routes shows it.
+func steeringView(name string) string {
+	n, _ := plane.Node(name)
+	resp, err := http.Get(lab.SkewgateAdminURL(n) + "/debug/routes")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Extra map[string]any `json:"extra"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return err.Error()
+	}
+	return fmt.Sprint(v.Extra["steering"])
 }
 
 // steeredGet asks node name's address on a new connection and reports
@@ -140,6 +160,7 @@ func setSwitch(t *testing.T, mode string) time.Time {
 const workloads = "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads"
 
 func TestAutoMode(t *testing.T) {
+	top = t
 	startAuto(t, "node-a")
 	// Both servers v1.35.4: no window, nothing steered.
 	waitState(t, "node-a", "standby", 30*time.Second)
@@ -231,5 +252,5 @@ func restart(t *testing.T) {
 	if err := proc.Stop(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	startAuto(t, "node-a")
+	startAuto(top, "node-a") // stopped when the whole test ends, not this subtest
 }
