@@ -174,7 +174,7 @@ func (n *Node) Close() {
 
 // Engage installs steering once Ready passes: a proxy that does not yet
 // know what every server serves would answer false 404s, so it gets no
-// connections until it does. Each lease renewal checks Ready again.
+// connections until it does.
 func (n *Node) Engage(ctx context.Context, reg prometheus.Registerer) {
 	if !n.cfg.Steering {
 		return
@@ -196,10 +196,11 @@ func (n *Node) Engage(ctx context.Context, reg prometheus.Registerer) {
 	st, err := StartSteering(ctx, SteeringConfig{
 		PinPath: n.cfg.PinPath, Targets: n.target.All, Exempt: exempt, Log: n.cfg.Log, Want: n.wanted,
 		OnEngage: func() { n.resetDirect(ctx) },
+		// Ready gates the first engagement only: a member that joins
+		// later is not known yet, which routing answers with a 503, not a
+		// 404; failing the probe for it would lapse steering on every node
+		// for the 10 s hold-off whenever an apiserver joins.
 		Probe: func(ctx context.Context, isSteered bool) error {
-			if err := n.cfg.Ready(); err != nil {
-				return err
-			}
 			if isSteered {
 				return steered(ctx)
 			}
