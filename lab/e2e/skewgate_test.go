@@ -52,6 +52,27 @@ func TestWorkloadsAnsweredByPeer(t *testing.T) {
 	routed(t, "get deleted", do(t, admin, http.MethodGet, sg+workloadsPath+"/via-skewgate", nil), 404, "peer", b)
 }
 
+// Bug: merged /apis lists admissionregistration.k8s.io/v1
+// mutatingadmissionpolicies (v1.36 only), but the per-group-version
+// document and its OpenAPI schema came from the local v1.35 server, which
+// lacks it: kubectl explain and legacy-discovery clients could not find
+// the type. They come from the peer whose documents list it.
+func TestSharedGroupVersionDocumentsListWhatPeersAdd(t *testing.T) {
+	admin, sg, b := client(t, plane.PKI.Admin), via(t), node(t, "node-b").IP.String()+":6443"
+	r := do(t, admin, http.MethodGet, sg+"/apis/admissionregistration.k8s.io/v1", nil)
+	routed(t, "group/version document", r, 200, "peer", b)
+	if !strings.Contains(string(r.Body), `"name":"mutatingadmissionpolicies"`) {
+		t.Errorf("/apis/admissionregistration.k8s.io/v1 through skewgate lacks mutatingadmissionpolicies: %s", trim(r.Body))
+	}
+	r = do(t, admin, http.MethodGet, sg+"/openapi/v3/apis/admissionregistration.k8s.io/v1", nil)
+	routed(t, "group/version schema", r, 200, "peer", b)
+	if !strings.Contains(string(r.Body), "MutatingAdmissionPolicy") {
+		t.Errorf("the OpenAPI schema through skewgate lacks MutatingAdmissionPolicy")
+	}
+	r = do(t, admin, http.MethodGet, sg+"/apis/apps/v1", nil)
+	routed(t, "a group/version both list alike", r, 200, "local", "127.0.0.1:6443")
+}
+
 func TestCoreAnsweredLocally(t *testing.T) {
 	r := do(t, client(t, plane.PKI.Admin), http.MethodGet, via(t)+"/api/v1/namespaces", nil)
 	routed(t, "list namespaces", r, 200, "local", "127.0.0.1:6443")

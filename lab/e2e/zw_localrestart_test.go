@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -77,6 +78,7 @@ func localRestart(t *testing.T, stop func() error, graceful bool) {
 	load := pinnedLoad(ctx, c, sg+cms, "via", &wg)
 	direct := pinnedLoad(ctx, c, node(t, "node-a").URL()+cms, "direct", &wg)
 	gaps := watchGaps(ctx, t, sg, &wg)
+	livez := livezSeen(ctx, c, sg, &wg)
 
 	time.Sleep(2 * time.Second)
 	stopped := time.Now()
@@ -102,7 +104,7 @@ func localRestart(t *testing.T, stop func() error, graceful bool) {
 	load.mu.Lock()
 	defer load.mu.Unlock()
 	t.Logf("through skewgate: %d of %d reads and %d of %d writes failed", load.failedR, sum(load.reads), load.failedW, sum(load.writes))
-	t.Logf("node-a away %s; reads %v; writes %v; watch re-established after %v", away.Round(100*time.Millisecond), load.reads, load.writes, gaps.list())
+	t.Logf("node-a away %s; reads %v; writes %v; watch re-established after %v; /livez through skewgate answered %v", away.Round(100*time.Millisecond), load.reads, load.writes, gaps.list(), livez.list())
 	if load.failedR > 0 {
 		t.Errorf("%d reads failed while node-a restarted (%v)", load.failedR, load.firstErr)
 	}
@@ -111,6 +113,11 @@ func localRestart(t *testing.T, stop func() error, graceful bool) {
 		t.Errorf("%d writes failed during a graceful restart (%v)", load.failedW, load.firstErr)
 	case !graceful && load.failedW > 3:
 		t.Errorf("%d writes failed at the crash, more than could have been in flight (%v)", load.failedW, load.firstErr)
+	}
+	// kubeadm waits for the local apiserver through the node's address:
+	// its /livez must show the restart, never a peer's 200.
+	if codes := livez.list(); !slices.ContainsFunc(codes, func(c int) bool { return c != http.StatusOK }) {
+		t.Errorf("/livez through skewgate answered only %v while node-a restarted: a peer's health stood in", codes)
 	}
 	if gaps.max() > time.Second && graceful {
 		t.Errorf("the watch came back only after %s", gaps.max())
@@ -165,6 +172,52 @@ func pinnedLoad(ctx context.Context, c *http.Client, url, prefix string, wg *syn
 		}
 	}()
 	return load
+}
+
+// codeList records the distinct answers of a poll, in order.
+type codeList struct {
+	mu    sync.Mutex
+	codes []int
+}
+
+func (l *codeList) add(c int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.codes); n == 0 || l.codes[n-1] != c {
+		l.codes = append(l.codes, c)
+	}
+}
+
+func (l *codeList) list() []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.codes)
+}
+
+// livezSeen polls /livez through skewgate every 100 ms, as kubeadm's wait
+// for the local apiserver does, and records each change of answer (0: no
+// answer).
+func livezSeen(ctx context.Context, c *http.Client, sg string, wg *sync.WaitGroup) *codeList {
+	l := &codeList{}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			req, _ := http.NewRequestWithContext(rctx, http.MethodGet, sg+"/livez", nil)
+			code := 0
+			if resp, err := c.Do(req); err == nil {
+				code = resp.StatusCode
+				resp.Body.Close()
+			}
+			cancel()
+			if ctx.Err() == nil {
+				l.add(code)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return l
 }
 
 // gapList records how long a watch took to be re-established.
