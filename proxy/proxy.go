@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
 	cliflag "k8s.io/component-base/cli/flag"
 
 	"github.com/skewgate/skewgate/proxy/forward"
@@ -71,6 +72,9 @@ type Proxy struct {
 	// cluster credentials.
 	Switch  SteeringSwitch
 	handler *Handler
+	// cluster is how skewgate reads the cluster (nil: it does not).
+	cluster       *rest.Config
+	clusterSource clusterSource
 }
 
 // New loads cfg and checks that the local apiserver answers with a
@@ -105,6 +109,14 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 		}
 		cfg.Log.Warn("local apiserver not reachable yet; serving through peers until it is", "err", err)
 	}
+	if p.cluster, p.clusterSource, err = clusterConfig(cfg, local, cfg.serviceAccountDir()); err != nil {
+		return nil, err
+	}
+	if p.cluster != nil {
+		// Peers restored from the state file and not yet listed look
+		// departed until the cluster's list is read: not ready before.
+		p.Members.AwaitCluster()
+	}
 	if cfg.StateFile != "" {
 		p.Members.KeepState(ctx, cfg.StateFile, cfg.Log)
 	}
@@ -132,9 +144,9 @@ func (p *Proxy) Probe(dial, steered netip.AddrPort) func(context.Context) error 
 // read, or why they cannot be.
 func (p *Proxy) Start(ctx context.Context) error {
 	go p.Members.Run(ctx)
-	rc, source, err := clusterConfig(p.cfg, p.local, p.cfg.serviceAccountDir())
-	if err != nil || rc == nil {
-		return err
+	rc, source := p.cluster, p.clusterSource
+	if rc == nil {
+		return nil
 	}
 	p.cfg.Log.Info("following the cluster's apiservers", "credentials", source)
 	client, err := clusterClient(rc, p.cfg.UserAgent)
@@ -148,6 +160,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", source, err)
 	}
 	p.watchSwitch(ctx, client)
+	p.Members.ClusterListed()
 	return nil
 }
 

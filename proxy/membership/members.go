@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -97,6 +98,19 @@ type Members struct {
 	saved  []byte // what SaveState last wrote
 
 	skew skewWatch
+	// awaiting is set while the cluster's list of apiservers is still to
+	// be read (AwaitCluster): members are not all known before.
+	awaiting atomic.Bool
+}
+
+// AwaitCluster says that the peers come from the cluster too: Ready waits
+// until ClusterListed.
+func (m *Members) AwaitCluster() { m.awaiting.Store(true) }
+
+// ClusterListed says the cluster's apiservers have been read once.
+func (m *Members) ClusterListed() {
+	m.awaiting.Store(false)
+	m.publish()
 }
 
 // ID names a server by its URL's host:port, as in X-Skewgate-Server.
@@ -281,6 +295,9 @@ func (m *Members) Statuses() []Status {
 // server and of every healthy peer read once. Before that a request for a
 // peer-only resource would get the local server's false 404.
 func (m *Members) Ready() error {
+	if m.awaiting.Load() {
+		return errors.New("the cluster's apiservers not listed yet")
+	}
 	snap := m.Discovery()
 	if snap.Servers[m.localID].Doc == nil && m.localUp() {
 		// Routing by rule 3a needs no local document while the local

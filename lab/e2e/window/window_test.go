@@ -38,6 +38,12 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(labtest.Main(m, "window", spec, func(ctx context.Context, env *labtest.Env) error {
 		plane, bin = env.Plane, env.Skewgate
+		// The upgrade needs the new version's apiserver too.
+		bins, err := lab.EnsureBinaries(ctx, lab.DefaultCacheDir(), []string{lab.NewVersion}, os.Stderr)
+		if err != nil {
+			return err
+		}
+		plane.Bins.APIServers[lab.NewVersion] = bins.APIServers[lab.NewVersion]
 		return nil
 	}))
 }
@@ -213,10 +219,12 @@ func TestAutoMode(t *testing.T) {
 	})
 
 	t.Run("an upgrade opens the window", func(t *testing.T) {
+		// The hold of the last subtest must have ended: standby first.
+		waitState(t, "node-a", "standby", hold+30*time.Second)
 		stopAt := time.Now()
 		errc := make(chan error, 1)
 		go func() { errc <- plane.UpgradeNode(context.Background(), "node-b", lab.NewVersion, 0, 90*time.Second) }()
-		engaged := waitState(t, "node-a", "steering", 90*time.Second)
+		engaged := waitState(t, "node-a", "steering", 10*time.Second)
 		if err := <-errc; err != nil {
 			t.Fatal(err)
 		}
