@@ -144,13 +144,13 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 		fr.Listed, fr.Stale = true, func(id string) bool { return h.members.DeniedListed(id, gvr) }
 	}
 	if d.Rule == route.RuleLocal {
-		key := x.req.Watch()
+		fr.FallbackIdentity = h.identity(x.caller, true)
 		fr.Fallback = func() []*forward.Backend {
-			k := ""
-			if key {
-				k = clientKey(r, x.caller)
+			key := ""
+			if x.req.Watch() {
+				key = clientKey(r, x.caller)
 			}
-			return h.members.Backends(route.Fallback(x.req, h.members.Table(), k))
+			return h.members.Backends(route.Fallback(x.req, h.members.Table(), key))
 		}
 	}
 	forward.Forward(w, r, fr)

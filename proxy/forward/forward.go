@@ -40,8 +40,11 @@ type Request struct {
 	Idempotent bool
 	// Fallback, if set, lists further candidates once Candidates failed a
 	// request (asked only then; for a write only if none of it was sent):
-	// the peers that serve what the local server was chosen for.
-	Fallback func() []*Backend
+	// the peers that serve what the local server was chosen for. They get
+	// FallbackIdentity instead of SetIdentity: a request sent to a peer
+	// carries the peer mark.
+	Fallback         func() []*Backend
+	FallbackIdentity func(http.Header)
 	// Failed, if set, learns of every failed exchange with a backend: kind
 	// FailConnect (no connection: the server should leave routing at once)
 	// or FailRequest (the connection broke after bytes were sent).
@@ -242,7 +245,11 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", b.ID, err))
 			continue // nothing was sent: the next candidate may take it
 		}
-		resp, at, err := roundTrip(req, b, f.req)
+		fr := f.req
+		if i >= len(f.req.Candidates) {
+			fr.SetIdentity = f.req.FallbackIdentity
+		}
+		resp, at, err := roundTrip(req, b, fr)
 		if err == nil && f.req.Listed && TypeNotFound(resp) && f.req.Stale != nil && f.req.Stale(b.ID) {
 			done(nil)
 			resp.Body.Close()

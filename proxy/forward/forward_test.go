@@ -414,3 +414,31 @@ func TestUpgradeHeaderDoesNotSkipTheLimit(t *testing.T) {
 		t.Fatalf("a list naming an upgrade over the limit: %d, want 429", w.Code)
 	}
 }
+
+// A request the local server fails before answering moves to the peers
+// Fallback names, with FallbackIdentity (the peer mark) instead of the
+// local route's identity; writes only when none of them was sent.
+func TestFallbackToPeersCarriesTheirIdentity(t *testing.T) {
+	var mark atomic.Value
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mark.Store(r.Header.Get("X-Mark"))
+		io.Copy(io.Discard, r.Body)
+	}))
+	defer up.Close()
+	trust := trustFor(t, up)
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		mark.Store("")
+		asked := 0
+		w := httptest.NewRecorder()
+		Forward(w, httptest.NewRequest(method, "/api/v1/namespaces/n/configmaps", strings.NewReader("{}")), Request{
+			Candidates:       []*Backend{deadBackend(t, trust)},
+			Idempotent:       method == http.MethodGet,
+			SetIdentity:      func(h http.Header) { h.Set("X-Mark", "local") },
+			Fallback:         func() []*Backend { asked++; return []*Backend{backendFor(t, "peer", up, trust)} },
+			FallbackIdentity: func(h http.Header) { h.Set("X-Mark", "peer") },
+		})
+		if w.Code != http.StatusOK || w.Header().Get(HeaderServer) != "peer" || mark.Load() != "peer" || asked != 1 {
+			t.Errorf("%s with the local server down: %d from %q, mark %q, fallback asked %d times", method, w.Code, w.Header().Get(HeaderServer), mark.Load(), asked)
+		}
+	}
+}
