@@ -74,7 +74,9 @@ func (r *recorder) setPhase(p string) {
 }
 
 // RoundTripper records every exchange of the load balancer's clients.
-func (r *recorder) RoundTripper(next http.RoundTripper) http.RoundTripper { return r.pinnedTo("", next) }
+func (r *recorder) RoundTripper(next http.RoundTripper) http.RoundTripper {
+	return r.pinnedTo("", next)
+}
 
 // Pinned returns a wrapper recording the exchanges of a client pinned to
 // node.

@@ -10,12 +10,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -261,4 +266,122 @@ func restart(t *testing.T) {
 		t.Fatal(err)
 	}
 	startAuto(top, "node-a") // stopped when the whole test ends, not this subtest
+}
+
+// vip is the control plane's VIP in this test, as keepalived or kube-vip
+// hold it: a secondary address on the holder's eth0.
+var vip = netip.MustParsePrefix("198.18.0.100/32")
+
+// moveVIP takes the VIP off node from (if any) and puts it on node to,
+// then drops the root namespace's stale neighbour entry, as keepalived's
+// gratuitous ARP would make it.
+func moveVIP(t *testing.T, from, to string) {
+	t.Helper()
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: vip.Addr().AsSlice(), Mask: net.CIDRMask(32, 32)}}
+	for _, step := range []struct {
+		node string
+		add  bool
+	}{{from, false}, {to, true}} {
+		if step.node == "" {
+			continue
+		}
+		ns, err := netns.GetFromPath(lab.NetNSPath(step.node))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := netlink.NewHandleAt(ns)
+		ns.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		eth0, err := h.LinkByName("eth0")
+		if err == nil {
+			if step.add {
+				err = h.AddrAdd(eth0, addr)
+			} else {
+				err = h.AddrDel(eth0, addr)
+			}
+		}
+		h.Close()
+		if err != nil {
+			t.Fatalf("VIP on %s (add %t): %v", step.node, step.add, err)
+		}
+	}
+	if br, err := netlink.LinkByName(lab.BridgeName); err == nil {
+		_ = netlink.NeighDel(&netlink.Neigh{LinkIndex: br.Attrs().Index, IP: vip.Addr().AsSlice()})
+	}
+}
+
+// TestVIPMoves moves the control plane's VIP from node-a (v1.35.4) to
+// node-b (v1.36.3, from the upgrade above) and back, as keepalived does,
+// with a client on the VIP reading workloads (served by v1.36.3 only) on
+// a new connection every 50 ms: node-a's skewgate steers the VIP while
+// node-a holds it (it follows its interface's addresses), so no answer is
+// a 404.
+func TestVIPMoves(t *testing.T) {
+	if b, _ := plane.Node("node-b"); b.Version != lab.NewVersion {
+		if err := plane.UpgradeNode(context.Background(), "node-b", lab.NewVersion, 0, 90*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := plane.State.Proc("skewgate-node-a"); !ok {
+		startAuto(t, "node-a")
+	}
+	setSwitch(t, "always") // steering whatever the window
+	t.Cleanup(func() { setSwitch(t, "") })
+	startAuto(t, "node-b")
+	waitState(t, "node-a", "steering", 30*time.Second)
+	waitState(t, "node-b", "steering", 30*time.Second)
+	moveVIP(t, "", "node-a")
+	t.Cleanup(func() { moveVIP(t, "node-a", ""); moveVIP(t, "node-b", "") })
+	c, err := plane.PKI.HTTPClient(plane.PKI.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := c.Transport.(*http.Transport)
+	tr.DisableKeepAlives = true
+	tr.TLSClientConfig.ServerName = "kubernetes" // kubeadm's serving certificates carry it, not the VIP
+	url := "https://" + netip.AddrPortFrom(vip.Addr(), lab.APIServerPort).String() + workloads
+	codes := map[string]int{}
+	get := func() {
+		resp, err := c.Get(url)
+		if err != nil {
+			codes["error"]++
+			return
+		}
+		resp.Body.Close()
+		codes[fmt.Sprintf("%d %s", resp.StatusCode, resp.Header.Get("X-Skewgate-Route"))]++
+	}
+	added := time.Now()
+	for steered := false; !steered; time.Sleep(20 * time.Millisecond) {
+		if time.Since(added) > 10*time.Second {
+			t.Fatal("the VIP on node-a not steered within 10 s")
+		}
+		if resp, err := c.Get(url); err == nil {
+			steered = resp.Header.Get("X-Skewgate-Route") != ""
+			resp.Body.Close()
+		}
+	}
+	steeredAfter := time.Since(added)
+	for i := 0; i < 40; i++ {
+		get()
+		if i == 20 {
+			moveVIP(t, "node-a", "node-b")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	moveVIP(t, "node-b", "node-a")
+	for i := 0; i < 20; i++ {
+		get()
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the VIP on node-a steered %s after it arrived; answers across two moves: %v", steeredAfter.Round(time.Millisecond), codes)
+	for k, n := range codes {
+		if strings.HasPrefix(k, "404") {
+			t.Errorf("%d false 404s through the VIP across the moves: %v", n, codes)
+		}
+		if !strings.HasPrefix(k, "200 ") {
+			t.Errorf("%d answers %q through the VIP: %v", n, k, codes)
+		}
+	}
 }
