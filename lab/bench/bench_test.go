@@ -31,6 +31,10 @@ var (
 	env      *labtest.Env
 	skewgate lab.Proc
 	haproxy  lab.Proc
+	// standby is node-b's skewgate, installed but not steering: what
+	// mode auto is outside a skew window (this plane is always in one, so
+	// it runs in mode off, whose kernel path is the same: lease 0).
+	standby lab.Proc
 )
 
 // Addresses the benchmark adds: direct connections come from exempt, which
@@ -66,6 +70,10 @@ func setup(ctx context.Context, e *labtest.Env) error {
 	}
 	mode := lab.SkewgateMode{Kubeconfig: true, Steering: true, SteeringMode: "always", Exempt: []string{exempt.String() + "/32"}}
 	if skewgate, err = e.Plane.StartSkewgate(ctx, "node-a", e.Skewgate, mode, 30*time.Second); err != nil {
+		return err
+	}
+	mode.SteeringMode = "off"
+	if standby, err = e.Plane.StartSkewgate(ctx, "node-b", e.Skewgate, mode, 30*time.Second); err != nil {
 		return err
 	}
 	return startHAProxy(ctx, e.Plane)
@@ -146,6 +154,10 @@ func config(b *testing.B) bench.Config {
 			{Route: "peer", Name: "direct", URL: bURL + workloads, Client: client(b, netip.Addr{}, "")},
 			{Route: "peer", Name: "in-tree", URL: aURL + workloads, Client: client(b, exempt, ""), Proxy: server.PID},
 			{Route: "peer", Name: "skewgate", URL: aURL + workloads, Client: client(b, netip.Addr{}, ""), Proxy: skewgate.PID, Want: "peer"},
+			// node-b's address with its skewgate in standby: the
+			// kernel's lookup passes the connection to the apiserver.
+			{Route: "standby", Name: "direct", URL: bURL + configmaps, Client: client(b, exempt, "")},
+			{Route: "standby", Name: "skewgate", URL: bURL + configmaps, Client: client(b, netip.Addr{}, ""), Proxy: standby.PID},
 		},
 		Sequential: 500, Concurrency: 32, Saturation: 10 * time.Second, Rounds: 2,
 		Server: server.PID, Skewgate: skewgate.PID, Admin: lab.SkewgateAdminURL(a),

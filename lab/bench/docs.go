@@ -44,7 +44,7 @@ before drawing conclusions.
 **Plane.** The lab: node-a runs kube-apiserver v1.35.4 with the in-tree Mixed
 Version Proxy on (the UnknownVersionInteroperabilityProxy alpha gate), node-b
 v1.36.3; skewgate on node-a steers node-a's IP:6443 into itself (sk_lookup,
-connstat on). The client runs in the root namespace with the admin's client
+connstat on, --steering-mode=always). The client runs in the root namespace with the admin's client
 certificate, over HTTP/2 with reused connections, as client-go does; its
 direct connections come from an address exempt from steering.
 
@@ -53,7 +53,13 @@ to node-a, through HAProxy (Debian's, TCP mode, in front of node-a), and
 through skewgate (routed locally). peer: a list of
 scheduling.k8s.io/v1alpha2 workloads, which only node-b serves — direct to
 node-b, through node-a's in-tree proxy, and through skewgate (routed to
-node-b).
+node-b), skewgate steering always (an armed cluster, or mode auto in a skew
+window). standby: a list of default/configmaps on node-b, whose skewgate is
+installed but not steering — what the default mode auto is outside a skew
+window (this plane is always in one, so node-b's skewgate runs in mode off,
+whose kernel path is the same: the lease withdrawn, sk_lookup passes the
+connection to the apiserver) — direct (an exempt source) and from a source
+that would be steered.
 
 **Method.** %d sequential GETs per path, round-robin over the paths (p50, p90,
 p99, and their ratio to the route's direct path); then %d clients per path for

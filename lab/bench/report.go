@@ -120,6 +120,11 @@ func (r *Report) Goals() []Goal {
 	add("local p99 ≤ 1.25 × direct", r.ratio(sg("local"), .99), 1.25, true, "")
 	add("local saturation throughput ≥ 0.85 × direct", r.throughputRatio(sg("local")), 0.85, false, "")
 	add("peer p50 ≤ 1.20 × direct to the capable server", r.ratio(sg("peer"), .5), 1.20, true, "")
+	if len(r.Latency["standby/skewgate"]) > 0 {
+		// Mode auto outside a skew window is the direct path.
+		add("standby (auto, no window) p50 ≤ 1.05 × direct", r.ratio(sg("standby"), .5), 1.05, true, "")
+		add("standby saturation throughput ≥ 0.95 × direct", r.throughputRatio(sg("standby")), 0.95, false, "")
+	}
 	if in := r.Latency["peer/in-tree"]; len(in) > 0 {
 		add("peer p50 ≤ 0.60 × in-tree proxy", micros(quantile(r.Latency["peer/skewgate"], .5))/micros(quantile(in, .5)), 0.60, true, "")
 	}
