@@ -48,6 +48,9 @@ type event struct {
 	// pinned names the node a pinned client talks to ("" for the load
 	// balancer's clients).
 	pinned string
+	// detail is why it failed: the transport error, or the status and
+	// the start of the body.
+	detail string
 }
 
 // recorder classifies and keeps every answer of one mode's run.
@@ -101,19 +104,22 @@ func (r *recorder) pinnedTo(node string, next http.RoundTripper) http.RoundTripp
 		}
 		if err != nil {
 			if req.Context().Err() == nil {
-				e.outcome = Error
+				e.outcome, e.detail = Error, err.Error()
 				r.add(e)
 			}
 			return nil, err
 		}
 		e.code, e.route, e.server = resp.StatusCode, resp.Header.Get("X-Skewgate-Route"), resp.Header.Get("X-Skewgate-Server")
 		var body []byte
-		if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusServiceUnavailable {
+		if resp.StatusCode >= 400 {
 			body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 			resp.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		e.outcome = r.classify(&e, body)
+		if e.outcome != OK {
+			e.detail = resp.Status + ": " + string(body[:min(len(body), 160)])
+		}
 		r.add(e)
 		return resp, nil
 	})

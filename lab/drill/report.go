@@ -142,6 +142,7 @@ func WriteReport(w io.Writer, results []*Result, o Options, command string, imag
 				t.Requests, t.False404, t.Grace404, t.Gaps, causes(t), t.UnavailableFor.Round(100*time.Millisecond), t.Errors, t.PinnedFailed, t.Pinned, routes(t.Routes), ms(t.P50), ms(t.P99))
 		}
 		writeSamples(w, r)
+		writeFailures(w, r)
 		if r.Monitor != nil {
 			writeMonitoring(w, r.Monitor)
 		}
@@ -210,7 +211,17 @@ func writeComparison(w io.Writer, results []*Result) {
 		}
 		fmt.Fprintf(w, "- **%s** is worse in: %s.\n", r.Mode, strings.Join(worse, "; "))
 	}
+	fmt.Fprintf(w, "\nWhy, where skewgate is worse: %s\n", whyWorse)
 }
+
+// whyWorse explains the columns where a skewgate mode can count more than
+// another mode, by design or by the mode's nature.
+const whyWorse = "a **503** is skewgate's answer (with `Retry-After`) where a server that serves the type is away or not yet known, " +
+	"or within the grace after a rollback took the type away (rule 5): the other modes answered a false 404 or a 404 in the grace there, " +
+	"or — the in-tree proxy — passed the request to a server that then answered it. " +
+	"In `skewgate auto`, **pinned clients' failures and other errors** are the connections made before the skew window opened: " +
+	"they go to the apiserver directly, as without skewgate, until the window opens and skewgate ends them (`--steering-reset-direct`), " +
+	"and through their node's restart; arming the cluster before the upgrade (`skewgate`, mode always) avoids them."
 
 func writeMonitoring(w io.Writer, m *Monitoring) {
 	fmt.Fprintf(w, "\n### Prometheus during the window\n\nA real Prometheus scraped every node's skewgate every 2 s with this generated configuration and the shipped alert rules:\n\n```yaml\n%s```\n", m.Config)
@@ -307,6 +318,31 @@ func writeSamples(w io.Writer, r *Result) {
 		if n++; n == 5 {
 			return
 		}
+	}
+}
+
+// writeFailures lists the first failed requests of each client kind
+// (other errors: transport errors, 5xx but 503), with why.
+func writeFailures(w io.Writer, r *Result) {
+	seen := map[string]int{}
+	header := false
+	for _, e := range r.events {
+		if e.outcome != Error {
+			continue
+		}
+		who := "load-balanced"
+		if e.pinned != "" {
+			who = "pinned to " + e.pinned
+		}
+		if seen[who]++; seen[who] > 3 {
+			continue
+		}
+		if !header {
+			fmt.Fprintf(w, "\nThe first failed requests (other errors), by client:\n\n| at | phase | client | request | resource | why |\n|---|---|---|---|---|---|\n")
+			header = true
+		}
+		fmt.Fprintf(w, "| +%.1fs | %s | %s | %s | %s | %s |\n", e.at.Sub(r.Start).Seconds(), e.phase, who, e.kind, gvrString(e.gvr),
+			strings.NewReplacer("|", `\|`, "\n", " ").Replace(e.detail))
 	}
 }
 

@@ -324,8 +324,8 @@ func TestVIPMoves(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, ok := plane.State.Proc("skewgate-node-a"); !ok {
-		startAuto(t, "node-a")
+	if p, ok := plane.State.Proc("skewgate-node-a"); !ok || p.Gone() {
+		startAuto(t, "node-a") // TestAutoMode's is stopped with it
 	}
 	setSwitch(t, "always") // steering whatever the window
 	t.Cleanup(func() { setSwitch(t, "") })
