@@ -148,9 +148,21 @@ func (c clients) workload(ctx context.Context, gaps *gapCounter) {
 // lists, creates and deletes of configmaps and lists of workloads, about
 // ten a second.
 func (c clients) pinned(ctx context.Context, n lab.Node) {
+	// The files' contents, not their names: client-go caches transports
+	// by CA file name, and each mode's plane has a new CA at the same path.
+	var tc rest.TLSClientConfig
+	var err error
+	for _, f := range []struct {
+		path string
+		into *[]byte
+	}{{c.pki.CAFile, &tc.CAData}, {c.pki.Admin.CertFile, &tc.CertData}, {c.pki.Admin.KeyFile, &tc.KeyData}} {
+		if *f.into, err = os.ReadFile(f.path); err != nil {
+			return
+		}
+	}
 	dyn, err := dynamic.NewForConfig(&rest.Config{
 		Host:            n.URL(),
-		TLSClientConfig: rest.TLSClientConfig{CAFile: c.pki.CAFile, CertFile: c.pki.Admin.CertFile, KeyFile: c.pki.Admin.KeyFile},
+		TLSClientConfig: tc,
 		WrapTransport:   c.rec.Pinned(n.Name),
 		QPS:             -1,
 		Timeout:         15 * time.Second,
