@@ -141,9 +141,24 @@ func (l *connLoop) String() string {
 	return fmt.Sprintf("%d new connections in %s, %d failed %v", l.tried, l.window.Round(time.Millisecond), l.failed, l.examples)
 }
 
-// podRSS is the resident memory of node n's skewgate pod process: the
-// `/skewgate run` in n's network namespace.
+// podRSS is the resident memory of node n's skewgate pod process.
 func podRSS(t *testing.T, n lab.Node) (pid int, kib int) {
+	t.Helper()
+	pid = podPID(t, n)
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			fmt.Sscanf(strings.TrimPrefix(line, "VmRSS:"), "%d", &kib)
+			return pid, kib
+		}
+	}
+	t.Fatalf("%s: no VmRSS in /proc/%d/status", n.Name, pid)
+	return 0, 0
+}
+
+// podPID is node n's skewgate pod process: the `/skewgate run` in n's
+// network namespace.
+func podPID(t *testing.T, n lab.Node) int {
 	t.Helper()
 	var ns syscall.Stat_t
 	if err := syscall.Stat(lab.NetNSPath(n.Name), &ns); err != nil {
@@ -151,24 +166,18 @@ func podRSS(t *testing.T, n lab.Node) (pid int, kib int) {
 	}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
+		var pid int
 		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil {
 			continue
 		}
 		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		var st syscall.Stat_t
-		if !strings.HasPrefix(string(cmd), "/skewgate\x00run") || syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) != nil || st.Ino != ns.Ino {
-			continue
-		}
-		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		for _, line := range strings.Split(string(status), "\n") {
-			if strings.HasPrefix(line, "VmRSS:") {
-				fmt.Sscanf(strings.TrimPrefix(line, "VmRSS:"), "%d", &kib)
-				return pid, kib
-			}
+		if strings.HasPrefix(string(cmd), "/skewgate\x00run") && syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) == nil && st.Ino == ns.Ino {
+			return pid
 		}
 	}
 	t.Fatalf("no skewgate pod process in %s's network namespace", n.Name)
-	return 0, 0
+	return 0
 }
 
 // pinnedBPF are the IDs of the links and maps pinned under dirs and of the
