@@ -39,12 +39,16 @@ var kubeadmPKI = []string{
 	"etcd/peer.crt", "etcd/peer.key", "etcd/healthcheck-client.crt", "etcd/healthcheck-client.key",
 }
 
-// podSpecs renders each kustomization (and the uninstall Job) and returns
-// every pod template in it, by the object's kind and name.
+// kustomizations are the directories operators apply (or render, for the
+// uninstall Job).
+var kustomizations = []string{".", "base", "monitoring", "uninstall"}
+
+// podSpecs renders each kustomization and returns every pod template in
+// it, by the directory and the object's kind and name.
 func podSpecs(t *testing.T) map[string]corev1.PodSpec {
 	t.Helper()
 	specs := map[string]corev1.PodSpec{}
-	for _, dir := range []string{".", "base", "monitoring"} {
+	for _, dir := range kustomizations {
 		rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 		if err != nil {
 			t.Fatalf("kustomize build %s: %v", dir, err)
@@ -59,12 +63,6 @@ func podSpecs(t *testing.T) map[string]corev1.PodSpec {
 			}
 		}
 	}
-	data, err := os.ReadFile("uninstall-job.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, _ := podSpec(t, "Job", data)
-	specs["uninstall-job.yaml"] = spec
 	return specs
 }
 

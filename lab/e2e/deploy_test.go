@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -48,15 +46,20 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	return objs
 }
 
-// uninstallJob is deploy/kubernetes/uninstall-job.yaml for node.
+// uninstallJob is deploy/kubernetes/uninstall rendered (its image set by
+// its images:) for node, as the documented loop makes it.
 func uninstallJob(t *testing.T, node string) *unstructured.Unstructured {
 	t.Helper()
-	data, err := os.ReadFile(deployDir + "/uninstall-job.yaml")
+	objs := render(t, deployDir+"/uninstall")
+	if len(objs) != 1 {
+		t.Fatalf("deploy/kubernetes/uninstall renders %d objects, want the Job", len(objs))
+	}
+	data, err := objs[0].MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
 	}
 	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(strings.ReplaceAll(string(data), "NODE", node)), &u.Object); err != nil {
+	if err := u.UnmarshalJSON([]byte(strings.ReplaceAll(string(data), "NODE", node))); err != nil {
 		t.Fatal(err)
 	}
 	return u
