@@ -19,6 +19,9 @@ import (
 
 const defaultAdmin = "http://127.0.0.1:16444"
 
+// adminHelp says where the admin listener is when it is not on loopback.
+const adminHelp = "skewgate's admin listener (--metrics-bind-address; deploy/kubernetes/monitoring moves it to http://<node-ip>:16444)"
+
 func newRoutesCmd() *cobra.Command {
 	adminURL, all := defaultAdmin, false
 	cmd := &cobra.Command{
@@ -34,7 +37,7 @@ func newRoutesCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&adminURL, "admin", adminURL, "skewgate's admin listener (--metrics-bind-address)")
+	cmd.Flags().StringVar(&adminURL, "admin", adminURL, adminHelp)
 	cmd.Flags().BoolVar(&all, "all", false, "list locally answered resources too")
 	return cmd
 }
@@ -103,7 +106,7 @@ func newExplainCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&adminURL, "admin", adminURL, "skewgate's admin listener (--metrics-bind-address)")
+	cmd.Flags().StringVar(&adminURL, "admin", adminURL, adminHelp)
 	return cmd
 }
 

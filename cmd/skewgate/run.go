@@ -104,7 +104,7 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 
 	f = fss.FlagSet("steering")
 	f.BoolVar(&o.node.Steering, "steering", false, "steer new connections for --steer-address into the proxy with eBPF (sk_lookup), failing open")
-	f.StringVar(&o.node.Address, "steer-address", "", "address:port whose new connections are steered (default: <node-ip>:6443, the node's only global address)")
+	f.StringVar(&o.node.Address, "steer-address", "", "address:port whose new connections are steered (default: port 6443 of the address kube-apiserver would advertise: the global address of the default route's interface, or --local-apiserver's host when that is not loopback)")
 	f.StringVar(&o.node.PinPath, "pin-path", o.node.PinPath, "bpffs directory for skewgate's maps, programs and links")
 	f.StringVar(&o.node.CgroupRoot, "cgroup-root", "", "cgroup v2 root connstat attaches to, e.g. the host's /sys/fs/cgroup mounted into a pod (a cgroup v1 hybrid host's unified/ is found) (default: this mount namespace's cgroup2 mount)")
 	f.StringSliceVar(&o.node.Exempt, "steer-exempt", nil, "source addresses or CIDRs whose connections are never steered, comma-separated")
