@@ -22,8 +22,9 @@ const leaseSlack = 5 * time.Second
 // only the six pki files it reads in the pod, the false 404 fixed through
 // the pod (and back with `steer off` on the host), its serving certificate
 // renewed on the node and served without a restart, a rollout and a
-// deletion with no failed new connection, and an uninstall that leaves
-// nothing in the kernel.
+// deletion with no failed new connection, the static-pod form taking over
+// node-a's pins (fixed, upgraded by editing its file, removed), and an
+// uninstall that leaves nothing in the kernel.
 func TestDaemonSet(t *testing.T) {
 	c := admin(t)
 	a := plane.Spec.Nodes[0]
@@ -74,6 +75,7 @@ func TestDaemonSet(t *testing.T) {
 			t.Errorf("without skewgate node-a answers the workloads list %d (route %q) %v, want its own (false) 404", code, route, err)
 		}
 	})
+	t.Run("staticpod", func(t *testing.T) { staticPod(t, a) })
 	t.Run("uninstall", uninstall)
 }
 
