@@ -61,6 +61,7 @@ func TestDaemonSet(t *testing.T) {
 			t.Errorf("rollout: %s", loop)
 		}
 	})
+	t.Run("prometheus", prometheusScrapes)
 	t.Run("delete", func(t *testing.T) {
 		loop := startLoop(t, a.URL())
 		deleteDaemonSet(t, c, 2*time.Minute)
