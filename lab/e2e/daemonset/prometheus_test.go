@@ -24,7 +24,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/lab/testenv"
 )
 
@@ -72,10 +71,11 @@ func labelName(s string) string {
 // Services' endpoints on the named port; namespace, service, pod,
 // container from the meta labels; job from the Service's name, then from
 // its jobLabel label; endpoint the port's name; then the endpoint's own
-// relabelings. Discovery uses kubeconfig (the lab's admin), the scrape
-// token (a ServiceAccount's) and CA from files, as the operator's
-// bearerTokenFile and tlsConfig.
-func scrapeConfig(sm serviceMonitor, kubeconfig, token, ca string) map[string]any {
+// relabelings. The scrape token (a ServiceAccount's) and CA come from
+// files, as with the operator's bearerTokenFile and tlsConfig. Targets come
+// from sdFile (see discover): Debian's Prometheus is built without
+// Kubernetes service discovery.
+func scrapeConfig(sm serviceMonitor, sdFile, token, ca string) map[string]any {
 	ep := sm.Spec.Endpoints[0]
 	relabel := []map[string]any{}
 	keys := make([]string, 0, len(sm.Spec.Selector.MatchLabels))
@@ -116,14 +116,14 @@ func scrapeConfig(sm serviceMonitor, kubeconfig, token, ca string) map[string]an
 		"scheme":          ep.Scheme,
 		"authorization":   map[string]any{"credentials_file": token},
 		"tls_config":      map[string]any{"ca_file": ca, "server_name": ep.TLSConfig.ServerName},
-		"kubernetes_sd_configs": []map[string]any{{"role": "endpoints", "kubeconfig_file": kubeconfig,
-			"namespaces": map[string]any{"names": sm.Spec.NamespaceSelector.MatchNames}}},
+		"file_sd_configs": []map[string]any{{"files": []string{sdFile}, "refresh_interval": "2s"}},
 		"relabel_configs": relabel,
 	}
 }
 
 // prometheusScrapes: a real Prometheus, configured as Prometheus Operator
-// configures it from the shipped ServiceMonitor, scrapes every node's pod
+// configures it from the shipped ServiceMonitor (targets as its Kubernetes
+// discovery would find them, see discover), scrapes every node's pod
 // over HTTPS with a ServiceAccount token that the shipped ClusterRole
 // skewgate-metrics allows: every target is up as job "skewgate", with the
 // labels the rule tests feed promtool, and the alerts on up{job="skewgate"}
@@ -153,13 +153,15 @@ func prometheusScrapes(t *testing.T) {
 	unbound := filepath.Join(dir, "unbound-token")
 	writeToken(t, c, "stranger", "", unbound)
 
-	last := plane.Spec.Nodes[len(plane.Spec.Nodes)-1]
+	waitEndpoints(t, c, svc.Namespace, svc.Name, len(plane.Spec.Nodes))
+	sdFile := filepath.Join(dir, "endpoints.json")
+	discover(t, c, sm.Spec.NamespaceSelector.MatchNames, sdFile)
 	cfg := map[string]any{
 		"global":         map[string]any{"scrape_interval": "2s", "evaluation_interval": "2s"},
 		"rule_files":     []string{mustAbs(t, "../../../deploy/monitoring/alerts.yaml")},
-		"scrape_configs": []any{scrapeConfig(sm, lab.KubeconfigPath(plane.Dir, last.Name), token, plane.PKI.CAFile)},
+		"scrape_configs": []any{scrapeConfig(sm, sdFile, token, plane.PKI.CAFile)},
 	}
-	unboundJob := scrapeConfig(sm, lab.KubeconfigPath(plane.Dir, last.Name), unbound, plane.PKI.CAFile)
+	unboundJob := scrapeConfig(sm, sdFile, unbound, plane.PKI.CAFile)
 	unboundJob["job_name"] = "unbound"
 	cfg["scrape_configs"] = append(cfg["scrape_configs"].([]any), unboundJob)
 	data, err := yaml.Marshal(cfg)
@@ -236,6 +238,104 @@ func prometheusScrapes(t *testing.T) {
 	targets, _ := promGet("/api/v1/targets", url.Values{"state": {"active"}})
 	if !strings.Contains(targets, "403") {
 		t.Errorf("the unbound token's scrapes failed, but not with 403:\n%s", targets)
+	}
+}
+
+// waitEndpoints waits until Endpoints ns/name list n ready addresses.
+func waitEndpoints(t *testing.T, c kubernetes.Interface, ns, name string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		eps, err := c.CoreV1().Endpoints(ns).Get(context.Background(), name, metav1.GetOptions{})
+		var ready int
+		if err == nil {
+			for _, sub := range eps.Subsets {
+				ready += len(sub.Addresses)
+			}
+		}
+		if ready == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Endpoints %s/%s: %d ready addresses, want %d (%v)", ns, name, ready, n, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// discover writes to path, as file_sd targets, what Prometheus's
+// kubernetes_sd_configs role "endpoints" discovers in namespaces: every
+// address and port of every Endpoints object, with the documented
+// __meta_kubernetes_* labels of its Service, endpoint and Pod (container
+// name and port when a container declares the port). Prometheus then
+// applies the generated relabeling to them as it would to its own
+// discoveries.
+func discover(t *testing.T, c kubernetes.Interface, namespaces []string, path string) {
+	t.Helper()
+	ctx := context.Background()
+	type group struct {
+		Targets []string          `json:"targets"`
+		Labels  map[string]string `json:"labels"`
+	}
+	var groups []group
+	for _, ns := range namespaces {
+		svcs, err := c.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, svc := range svcs.Items {
+			eps, err := c.CoreV1().Endpoints(ns).Get(ctx, svc.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				continue
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			for _, sub := range eps.Subsets {
+				for _, addr := range sub.Addresses {
+					for _, port := range sub.Ports {
+						l := map[string]string{"__meta_kubernetes_namespace": ns, "__meta_kubernetes_service_name": svc.Name,
+							"__meta_kubernetes_endpoints_name": eps.Name, "__meta_kubernetes_endpoint_port_name": port.Name,
+							"__meta_kubernetes_endpoint_port_protocol": string(port.Protocol), "__meta_kubernetes_endpoint_ready": "true"}
+						for k, v := range svc.Labels {
+							l["__meta_kubernetes_service_label_"+labelName(k)] = v
+							l["__meta_kubernetes_service_labelpresent_"+labelName(k)] = "true"
+						}
+						if ref := addr.TargetRef; ref != nil && ref.Kind == "Pod" {
+							l["__meta_kubernetes_endpoint_address_target_kind"], l["__meta_kubernetes_endpoint_address_target_name"] = "Pod", ref.Name
+							podLabels(t, c, ns, ref.Name, port.Port, l)
+						}
+						groups = append(groups, group{Targets: []string{fmt.Sprintf("%s:%d", addr.IP, port.Port)}, Labels: l})
+					}
+				}
+			}
+		}
+	}
+	data, err := json.Marshal(groups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// podLabels adds the pod meta labels of the endpoints role for the pod
+// serving port.
+func podLabels(t *testing.T, c kubernetes.Interface, ns, name string, port int32, l map[string]string) {
+	t.Helper()
+	pod, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l["__meta_kubernetes_pod_name"], l["__meta_kubernetes_pod_ip"] = pod.Name, pod.Status.PodIP
+	l["__meta_kubernetes_pod_node_name"], l["__meta_kubernetes_pod_host_ip"] = pod.Spec.NodeName, pod.Status.HostIP
+	l["__meta_kubernetes_pod_phase"] = string(pod.Status.Phase)
+	for _, ctr := range pod.Spec.Containers {
+		for _, p := range ctr.Ports {
+			if p.ContainerPort == port {
+				l["__meta_kubernetes_pod_container_name"], l["__meta_kubernetes_pod_container_port_name"] = ctr.Name, p.Name
+			}
+		}
 	}
 }
 
