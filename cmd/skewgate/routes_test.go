@@ -3,10 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -16,37 +14,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
 
 	"github.com/skewgate/skewgate/proxy/admin"
+	"github.com/skewgate/skewgate/proxy/admin/admintest"
 	"github.com/skewgate/skewgate/proxy/membership"
 )
-
-// reviews answers TokenReviews (token "operator-token" is user operator)
-// and SubjectAccessReviews (operator may get /debug/routes and
-// /debug/explain), as an apiserver with RBAC would.
-func reviews(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	switch r.URL.Path {
-	case "/apis/authentication.k8s.io/v1/tokenreviews":
-		var tr authenticationv1.TokenReview
-		json.NewDecoder(r.Body).Decode(&tr)
-		if tr.Spec.Token == "operator-token" {
-			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "operator"}}
-		}
-		json.NewEncoder(w).Encode(tr)
-	case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
-		var sar authorizationv1.SubjectAccessReview
-		json.NewDecoder(r.Body).Decode(&sar)
-		nr := sar.Spec.NonResourceAttributes
-		sar.Status.Allowed = sar.Spec.User == "operator" && nr != nil && nr.Verb == "get" && strings.HasPrefix(nr.Path, "/debug/")
-		json.NewEncoder(w).Encode(sar)
-	}
-}
 
 // TestRoutesAuthenticates: `skewgate routes` and `explain` reach the
 // secure admin listener with a kubeconfig's token, verifying it by the
@@ -64,7 +39,8 @@ func TestRoutesAuthenticates(t *testing.T) {
 	if err := keyutil.WriteKey(key, keyPEM); err != nil {
 		t.Fatal(err)
 	}
-	apiserver := httptest.NewTLSServer(http.HandlerFunc(reviews))
+	apiserver := httptest.NewTLSServer(&admintest.Reviewer{Users: map[string]string{"operator-token": "operator"},
+		Allowed: map[string][]string{"operator": {"/debug/routes", "/debug/explain"}}})
 	defer apiserver.Close()
 	m, err := membership.New(membership.Config{Local: &url.URL{Scheme: "https", Host: "127.0.0.1:1"}})
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"math/big"
 	"net"
@@ -18,56 +17,17 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
 
+	"github.com/skewgate/skewgate/proxy/admin/admintest"
 	"github.com/skewgate/skewgate/proxy/membership"
 )
-
-// reviewer is an apiserver's TokenReview and SubjectAccessReview API as
-// the delegation calls it: tokens by user, and what each user may get.
-type reviewer struct {
-	users   map[string]string   // token → user
-	allowed map[string][]string // user → paths it may get
-	mu      sync.Mutex
-	asked   []string // "user verb path" of every SubjectAccessReview
-}
-
-func (rv *reviewer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	switch r.URL.Path {
-	case "/apis/authentication.k8s.io/v1/tokenreviews":
-		var tr authenticationv1.TokenReview
-		json.NewDecoder(r.Body).Decode(&tr)
-		if user, ok := rv.users[tr.Spec.Token]; ok {
-			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: user}}
-		}
-		json.NewEncoder(w).Encode(tr)
-	case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
-		var sar authorizationv1.SubjectAccessReview
-		json.NewDecoder(r.Body).Decode(&sar)
-		nr := sar.Spec.NonResourceAttributes
-		if nr != nil {
-			rv.mu.Lock()
-			rv.asked = append(rv.asked, sar.Spec.User+" "+nr.Verb+" "+nr.Path)
-			rv.mu.Unlock()
-			for _, p := range rv.allowed[sar.Spec.User] {
-				sar.Status.Allowed = sar.Status.Allowed || (nr.Verb == "get" && nr.Path == p)
-			}
-		}
-		json.NewEncoder(w).Encode(sar)
-	default:
-		http.NotFound(w, r)
-	}
-}
 
 // servingPair writes a self-signed serving pair for 127.0.0.1 (its CA in
 // the certificate file) and returns the paths.
@@ -134,9 +94,9 @@ func (ca testCA) client(t *testing.T, cn string, orgs ...string) *tls.Certificat
 // token the apiserver cannot review is refused, never let through.
 func TestSecureAdmin(t *testing.T) {
 	dir := t.TempDir()
-	rv := &reviewer{
-		users:   map[string]string{"prom-token": "system:serviceaccount:monitoring:prometheus", "alice-token": "alice"},
-		allowed: map[string][]string{"system:serviceaccount:monitoring:prometheus": {"/metrics"}, "alice": {"/debug/routes"}},
+	rv := &admintest.Reviewer{
+		Users:   map[string]string{"prom-token": "system:serviceaccount:monitoring:prometheus", "alice-token": "alice"},
+		Allowed: map[string][]string{"system:serviceaccount:monitoring:prometheus": {"/metrics"}, "alice": {"/debug/routes"}},
 	}
 	apiserver := httptest.NewTLSServer(rv)
 	cluster := &rest.Config{Host: apiserver.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
@@ -205,9 +165,7 @@ func TestSecureAdmin(t *testing.T) {
 			t.Errorf("%s: GET %s = %d, want %d", tc.who, tc.path, got, tc.want)
 		}
 	}
-	rv.mu.Lock()
-	asked := strings.Join(rv.asked, "\n")
-	rv.mu.Unlock()
+	asked := strings.Join(rv.Asked(), "\n")
 	for _, want := range []string{"system:serviceaccount:monitoring:prometheus get /metrics", "alice get /debug/routes", "bob get /metrics", "system:anonymous get /metrics"} {
 		if !strings.Contains(asked, want) {
 			t.Errorf("no SubjectAccessReview %q; asked:\n%s", want, asked)
