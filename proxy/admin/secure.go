@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -32,7 +34,8 @@ import (
 // verb and path: RBAC nonResourceURLs), except the health paths, which
 // kubelet probes reach anonymously, and system:masters.
 type SecureOptions struct {
-	// Address is host:port to listen on.
+	// Address is host:port to listen on (an IPv6 host with or without
+	// brackets).
 	Address string
 	// CertFile and KeyFile are the serving pair, reloaded when they change.
 	CertFile, KeyFile string
@@ -96,7 +99,7 @@ func ServeSecure(ctx context.Context, o SecureOptions, h http.Handler) (*http.Se
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", o.Address)
+	ln, err := net.Listen("tcp", hostPort(o.Address))
 	if err != nil {
 		return nil, fmt.Errorf("secure admin listener: %w", err)
 	}
@@ -113,6 +116,20 @@ func ServeSecure(ctx context.Context, o SecureOptions, h http.Handler) (*http.Se
 		srv.Close()
 	}()
 	return srv, nil
+}
+
+// hostPort brackets an IPv6 address that came without them, as
+// "$(NODE_IP):16444" does on an IPv6 node; anything else is left to
+// net.Listen to judge.
+func hostPort(addr string) string {
+	i := strings.LastIndex(addr, ":")
+	if i < 0 {
+		return addr
+	}
+	if ip, err := netip.ParseAddr(addr[:i]); err == nil && ip.Is6() {
+		return net.JoinHostPort(addr[:i], addr[i+1:])
+	}
+	return addr
 }
 
 // delegatedAuthorizer allows system:masters and the health paths, and asks

@@ -212,3 +212,14 @@ func waitServing(t *testing.T, try func() error) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+func TestHostPort(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.0.0.1:16444": "10.0.0.1:16444", "fd00::1:16444": "[fd00::1]:16444", "[fd00::1]:16444": "[fd00::1]:16444",
+		":16444": ":16444", "localhost:16444": "localhost:16444",
+	} {
+		if got := hostPort(in); got != want {
+			t.Errorf("hostPort(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
