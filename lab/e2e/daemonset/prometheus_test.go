@@ -162,7 +162,10 @@ func prometheusScrapes(t *testing.T) {
 		"scrape_configs": []any{scrapeConfig(sm, sdFile, token, plane.PKI.CAFile)},
 	}
 	unboundJob := scrapeConfig(sm, sdFile, unbound, plane.PKI.CAFile)
+	// Its own job label: the same targets with the same labels would be
+	// one series scraped by two jobs.
 	unboundJob["job_name"] = "unbound"
+	unboundJob["relabel_configs"] = append(unboundJob["relabel_configs"].([]map[string]any), map[string]any{"target_label": "job", "replacement": "unbound"})
 	cfg["scrape_configs"] = append(cfg["scrape_configs"].([]any), unboundJob)
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
