@@ -35,9 +35,12 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/skewgate ./cmd/skewgate
 	$(GO) build -o $(BIN)/skewlab ./cmd/skewlab
 
-# skewgate's OCI image archive, skewgate:$(VERSION): a static binary on no
-# base, built without a container daemon; the same commit gives the same
-# digest. Import with `ctr -n k8s.io images import bin/skewgate-image.tar`.
+# skewgate's OCI image archive, skewgate:$(VERSION): an image index for
+# linux/amd64 and linux/arm64, each a static binary on no base, built
+# without a container daemon, and its SPDX SBOM (bin/skewgate-image.spdx.json,
+# from the modules the binaries link); the same commit gives the same
+# digest. Import with `ctr -n k8s.io images import bin/skewgate-image.tar`
+# (the node's platform).
 image: build
 	$(BIN)/skewlab image --version $(VERSION) --revision $(COMMIT) --created $(BUILD_DATE) \
 		--ldflags '-s -w $(LDFLAGS)' --out $(BIN)/skewgate-image.tar
