@@ -7,9 +7,13 @@ NODES     ?= node-a=v1.35.4,node-b=v1.36.3
 SKEWGATE  ?= off
 GOTEST    := $(GO) test -count=1 -timeout 40m
 
-# skewgate version: the newest v* tag, or v0.1.0-<commit>; the build date is
-# the commit's, so a build of one commit is reproducible.
-VERSION    ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo v0.1.0-$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown))
+# RELEASE is the release the manifests name (deploy/kubernetes: images:);
+# tagging a commit with it makes `make image` build exactly that tag.
+RELEASE    := v0.1.0
+# skewgate version: the newest v* tag (described: vX-N-g<commit> after it),
+# or $(RELEASE)-<commit> before any tag; the build date is the commit's, so
+# a build of one commit is reproducible.
+VERSION    ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo $(RELEASE)-$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown))
 COMMIT     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILD_DATE ?= $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
 # Expanded once, so an image's label and its binary's version agree even if
@@ -19,17 +23,24 @@ COMMIT     := $(COMMIT)
 BUILD_DATE := $(BUILD_DATE)
 LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: all build test lab-build lab-up lab-down demo bench bench-micro fmt vet fuzz soak upgrade-drill image lab-deploy kubelet-packages
+.PHONY: version all build test lab-build lab-up lab-down demo bench bench-micro fmt vet fuzz soak upgrade-drill image lab-deploy kubelet-packages
 
 all: build
+
+# The version `make image` tags the image with.
+version:
+	@echo $(VERSION)
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/skewgate ./cmd/skewgate
 	$(GO) build -o $(BIN)/skewlab ./cmd/skewlab
 
-# skewgate's OCI image archive, skewgate:$(VERSION): a static binary on no
-# base, built without a container daemon; the same commit gives the same
-# digest. Import with `ctr -n k8s.io images import bin/skewgate-image.tar`.
+# skewgate's OCI image archive, skewgate:$(VERSION): an image index for
+# linux/amd64 and linux/arm64, each a static binary on no base, built
+# without a container daemon, and its SPDX SBOM (bin/skewgate-image.spdx.json,
+# from the modules the binaries link); the same commit gives the same
+# digest. Import with `ctr -n k8s.io images import bin/skewgate-image.tar`
+# (the node's platform).
 image: build
 	$(BIN)/skewlab image --version $(VERSION) --revision $(COMMIT) --created $(BUILD_DATE) \
 		--ldflags '-s -w $(LDFLAGS)' --out $(BIN)/skewgate-image.tar

@@ -12,12 +12,12 @@ import (
 var (
 	descProgRunSeconds = func(program string) *prometheus.Desc {
 		return prometheus.NewDesc("skewgate_bpf_program_run_seconds_total",
-			"Time the kernel spent running the BPF program (bpf stats; enabled by the agent).",
+			"Time the kernel spent running the BPF program (bpf stats: enabled by the agent when it has CAP_SYS_ADMIN, else by sysctl kernel.bpf_stats_enabled=1; 0 otherwise).",
 			nil, prometheus.Labels{"program": program})
 	}
 	descProgRuns = func(program string) *prometheus.Desc {
 		return prometheus.NewDesc("skewgate_bpf_program_runs_total",
-			"Times the kernel ran the BPF program (bpf stats; enabled by the agent).",
+			"Times the kernel ran the BPF program (bpf stats: enabled by the agent when it has CAP_SYS_ADMIN, else by sysctl kernel.bpf_stats_enabled=1; 0 otherwise).",
 			nil, prometheus.Labels{"program": program})
 	}
 	descCollectionErrors = func(program string) *prometheus.Desc {

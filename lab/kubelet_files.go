@@ -29,6 +29,12 @@ func (f nodeFiles) path(name string) string { return filepath.Join(f.dir, name) 
 // ca.crt, front-proxy-*), which the node's pods see at /etc/kubernetes/pki.
 func (p *Plane) KubeadmPKIDir(n Node) string { return filepath.Join(p.Dir, "nodes", n.Name, "pki") }
 
+// StaticPodDir is node n's kubelet staticPodPath in the kubelet mode, its
+// /etc/kubernetes/manifests: a pod file written there runs on the node.
+func (p *Plane) StaticPodDir(n Node) string {
+	return filepath.Join(p.Dir, "nodes", n.Name, "manifests")
+}
+
 // ContainerdSocket is node n's containerd socket in the kubelet mode.
 func (p *Plane) ContainerdSocket(n Node) string {
 	return filepath.Join(p.Dir, "nodes", n.Name, "containerd.sock")
@@ -174,6 +180,8 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 resolvConf: ""
 serializeImagePulls: false
+# kubeadm's /etc/kubernetes/manifests: skewgate's static-pod form.
+staticPodPath: {{.Dir}}/manifests
 `))
 
 // writeRuntimeConfigs writes the node's containerd and kubelet configs and
@@ -192,8 +200,10 @@ func (f nodeFiles) writeRuntimeConfigs(caFile string) error {
 			return err
 		}
 	}
-	if err := os.MkdirAll(f.path("cni"), 0o755); err != nil {
-		return err
+	for _, d := range []string{"cni", "manifests"} {
+		if err := os.MkdirAll(f.path(d), 0o755); err != nil {
+			return err
+		}
 	}
 	return writeFile(f.path("cni/99-loopback.conflist"), loopbackConflist)
 }

@@ -33,6 +33,7 @@ func TestKubeletConfig(t *testing.T) {
 		"kind": "KubeletConfiguration", "cgroupDriver": "cgroupfs", "failCgroupV1": false,
 		"failSwapOn": false, "cgroupRoot": "/skewlab-node-a", "address": "198.18.0.1",
 		"containerRuntimeEndpoint": "unix://" + f.path("containerd.sock"),
+		"staticPodPath":            f.path("manifests"),
 	}
 	for k, v := range want {
 		if cfg[k] != v {

@@ -58,6 +58,18 @@ func clusterConfig(cfg Config, local *url.URL, saDir string) (*rest.Config, clus
 	return rc, clusterSource("service account token " + token + " toward " + local.String()), nil
 }
 
+// ClusterConfig is the rest.Config skewgate reads the cluster with (see
+// clusterConfig), as its user agent; nil without cluster credentials. The
+// admin listener delegates authentication and authorization with it.
+func (p *Proxy) ClusterConfig() (*rest.Config, error) {
+	rc, _, err := clusterConfig(p.cfg, p.local, p.cfg.serviceAccountDir())
+	if rc != nil {
+		rc = rest.CopyConfig(rc)
+		rc.UserAgent = p.cfg.UserAgent
+	}
+	return rc, err
+}
+
 // clusterClient is a client for rc, as userAgent.
 func clusterClient(rc *rest.Config, userAgent string) (kubernetes.Interface, error) {
 	rc = rest.CopyConfig(rc)

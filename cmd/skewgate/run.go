@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -35,6 +36,7 @@ type runOptions struct {
 	proxy       proxy.Config
 	node        agent.NodeConfig
 	adminAddr   string
+	secureAdmin string
 	profiling   bool
 	mode        string
 	logging     *logsapi.LoggingConfiguration
@@ -116,7 +118,10 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 		"only for peers whose addresses carry nothing else: a load balancer on a peer node would bypass skewgate too")
 
 	f = fss.FlagSet("admin")
-	f.StringVar(&o.adminAddr, "metrics-bind-address", o.adminAddr, "admin listener, without authentication: /metrics, /healthz, /livez, /readyz, /debug/routes, /debug/explain")
+	f.StringVar(&o.secureAdmin, "secure-admin-address", "", "ip:port of the admin listener as kube-controller-manager serves its secure port: TLS with the --tls-cert-file pair, "+
+		"callers authenticated by --client-ca-file or the apiserver (TokenReview) and authorized by it (SubjectAccessReview: RBAC nonResourceURLs), /healthz, /livez and /readyz open to anyone; "+
+		"it delegates with skewgate's cluster credentials (--kubeconfig or the pod's ServiceAccount), which need the system:auth-delegator ClusterRole (empty: none)")
+	f.StringVar(&o.adminAddr, "metrics-bind-address", o.adminAddr, "plain-HTTP admin listener without authentication, for labs: keep it on loopback, anyone who reaches it reads every endpoint (empty: none)")
 	f.BoolVar(&o.profiling, "profiling", false, "serve /debug/pprof on the admin listener")
 
 	logsapi.AddFlags(o.logging, fss.FlagSet("logging"))
@@ -178,16 +183,36 @@ func run(ctx context.Context, o *runOptions) error {
 		node.Listener().Close()
 		return err
 	}
-	adminSrv, err := admin.Serve(o.adminAddr, admin.Handler(p.Members, reg,
-		admin.Options{Extra: map[string]admin.Extra{"steering": node.Status}, Profiling: o.profiling}), log)
-	if err != nil {
+	if err := serveAdmin(ctx, o, p, admin.Handler(p.Members, reg,
+		admin.Options{Extra: map[string]admin.Extra{"steering": node.Status}, Profiling: o.profiling}), log); err != nil {
 		node.Listener().Close()
 		return err
 	}
-	defer adminSrv.Close()
 	log.Info("serving", "version", buildVersion().Version, "address", node.Listener().Addr().String(),
-		"local", o.proxy.LocalAPIServer, "peers", p.PeerCount(), "admin", o.adminAddr)
+		"local", o.proxy.LocalAPIServer, "peers", p.PeerCount(), "admin", o.adminAddr, "secureAdmin", o.secureAdmin)
 	return p.Serve(ctx, node.Listener())
+}
+
+// serveAdmin starts the admin listeners the flags ask for, until ctx ends.
+func serveAdmin(ctx context.Context, o *runOptions, p *proxy.Proxy, h http.Handler, log *slog.Logger) error {
+	if o.secureAdmin != "" {
+		rc, err := p.ClusterConfig()
+		if err != nil {
+			return err
+		}
+		if _, err := admin.ServeSecure(ctx, admin.SecureOptions{Address: o.secureAdmin, CertFile: o.proxy.Certs.TLSCert,
+			KeyFile: o.proxy.Certs.TLSKey, ClientCAFile: o.proxy.Certs.ClientCA, Cluster: rc}, h); err != nil {
+			return fmt.Errorf("--secure-admin-address: %w", err)
+		}
+	}
+	if o.adminAddr != "" {
+		srv, err := admin.Serve(o.adminAddr, h, log)
+		if err != nil {
+			return err
+		}
+		context.AfterFunc(ctx, func() { srv.Close() })
+	}
+	return nil
 }
 
 // localHostPort is the host:port of a --local-apiserver URL, or "".

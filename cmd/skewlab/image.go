@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,11 +14,12 @@ import (
 
 func newImageCmd() *cobra.Command {
 	var s image.Spec
-	var created, repo, out string
+	var created, repo, out, sbom string
+	arches := image.Arches
 	b := image.GoBinary{Dir: ".", Package: "./cmd/skewgate"}
 	cmd := &cobra.Command{
 		Use:   "image",
-		Short: "Build skewgate's OCI image archive (static binary, no container daemon, reproducible)",
+		Short: "Build skewgate's multi-architecture OCI image archive and its SPDX SBOM (static binaries, no container daemon, reproducible)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			t, err := time.Parse(time.RFC3339, created)
 			if err != nil {
@@ -25,16 +27,42 @@ func newImageCmd() *cobra.Command {
 			}
 			s.Created = t
 			b.Out = filepath.Join(filepath.Dir(out), "."+filepath.Base(out)+".bin")
-			defer os.Remove(b.Out)
-			img, err := image.Archive(cmd.Context(), b, s, repo+":"+s.Version, out)
+			m, err := image.BuildMulti(cmd.Context(), b, s, arches)
+			defer func() {
+				for _, bin := range m.Binaries {
+					os.Remove(bin)
+				}
+			}()
 			if err != nil {
 				return err
 			}
-			sum, err := image.Summarize(img, out)
+			ref := repo + ":" + s.Version
+			if err := image.WriteIndexArchive(m.Index, ref, s.Created, out); err != nil {
+				return err
+			}
+			doc, err := image.SPDX(m, repo, s)
 			if err != nil {
 				return err
 			}
-			fmt.Printf("%s %s: %s\n", repo+":"+s.Version, out, sum)
+			if sbom == "" {
+				sbom = strings.TrimSuffix(out, ".tar") + ".spdx.json"
+			}
+			if err := os.WriteFile(sbom, doc, 0o644); err != nil {
+				return err
+			}
+			d, err := m.Index.Digest()
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%s %s: index %s\n", ref, out, d)
+			for _, arch := range arches {
+				sum, err := image.Summarize(m.Images[arch], out)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("  linux/%s: %s\n", arch, sum)
+			}
+			fmt.Printf("SBOM (SPDX 2.3) %s\n", sbom)
 			return nil
 		},
 	}
@@ -47,5 +75,7 @@ func newImageCmd() *cobra.Command {
 	f.StringVar(&b.LDFlags, "ldflags", "", "go build -ldflags")
 	f.StringVar(&repo, "repository", "skewgate", "image name without tag")
 	f.StringVar(&out, "out", "bin/skewgate-image.tar", "OCI archive to write")
+	f.StringSliceVar(&arches, "arch", arches, "architectures to build for, each linux/<arch>")
+	f.StringVar(&sbom, "sbom", "", "SPDX JSON SBOM to write (default: the archive's name with .spdx.json)")
 	return cmd
 }

@@ -15,6 +15,7 @@ type GoBinary struct {
 	Package string // e.g. ./cmd/skewgate
 	LDFlags string
 	Out     string
+	Arch    string // GOARCH to build for, on GOOS linux (default: this machine's)
 }
 
 // Build compiles b with CGO_ENABLED=0 (no libc in an image with no base)
@@ -24,6 +25,9 @@ func (b GoBinary) Build(ctx context.Context) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", b.LDFlags, "-o", b.Out, b.Package)
 	cmd.Dir = b.Dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b.Arch != "" {
+		cmd.Env = append(cmd.Env, "GOOS=linux", "GOARCH="+b.Arch)
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %w\n%s", b.Package, err, out)
 	}

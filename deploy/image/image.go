@@ -28,6 +28,7 @@ type Spec struct {
 	Version    string    // org.opencontainers.image.version
 	Revision   string    // org.opencontainers.image.revision (a commit)
 	Created    time.Time // every timestamp in the image: the commit's date
+	Arch       string    // GOARCH of the binary (default: this machine's)
 }
 
 // Label keys from the OCI image spec's pre-defined annotations.
@@ -68,7 +69,10 @@ func configure(img v1.Image, s Spec) (v1.Image, error) {
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	cf.OS, cf.Architecture = "linux", s.Arch
+	if s.Arch == "" {
+		cf.Architecture = runtime.GOARCH
+	}
 	cf.Created = v1.Time{Time: s.Created}
 	cf.Config.Entrypoint = []string{s.Entrypoint}
 	cf.Config.Labels = map[string]string{

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,5 +145,107 @@ func TestBadInput(t *testing.T) {
 	}
 	if tag, _ := name.NewTag("registry.example:5000/x/skewgate:v1"); FullName(tag) != "registry.example:5000/x/skewgate:v1" {
 		t.Errorf("FullName %s", FullName(tag))
+	}
+}
+
+// TestMultiArch builds the pause program's image for every arch of Arches
+// twice: one index, a linux/<arch> manifest each holding a binary of that
+// machine, the same index digest, archive and SBOM both times; the SBOM
+// names the index and what the binaries link.
+func TestMultiArch(t *testing.T) {
+	var archives, sboms [][]byte
+	var digests []string
+	for i := range 2 {
+		dir := t.TempDir()
+		s := Spec{Entrypoint: "/pause", Version: "v0.0.1", Revision: "abc", Created: created}
+		m, err := BuildMulti(context.Background(), GoBinary{Dir: ".", Package: "./pause", LDFlags: "-s -w", Out: filepath.Join(dir, "pause")}, s, Arches)
+		if err != nil {
+			t.Fatal(err)
+		}
+		im, err := m.Index.IndexManifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(im.Manifests) != len(Arches) {
+			t.Fatalf("index with %d manifests, want %d", len(im.Manifests), len(Arches))
+		}
+		machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+		for j, d := range im.Manifests {
+			arch := Arches[j]
+			if d.Platform == nil || d.Platform.OS != "linux" || d.Platform.Architecture != arch {
+				t.Errorf("manifest %d: platform %+v, want linux/%s", j, d.Platform, arch)
+			}
+			cf, err := m.Images[arch].ConfigFile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cf.Architecture != arch || cf.OS != "linux" {
+				t.Errorf("%s image config: %s/%s", arch, cf.OS, cf.Architecture)
+			}
+			f, err := elf.Open(m.Binaries[arch])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Machine != machines[arch] {
+				t.Errorf("%s binary is for %s", arch, f.Machine)
+			}
+			f.Close()
+			requireStatic(t, m.Binaries[arch])
+		}
+		out := filepath.Join(dir, "pause.tar")
+		if err := WriteIndexArchive(m.Index, "skewgate.lab/pause:v0.0.1", created, out); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sbom, err := SPDX(m, "pause", s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := m.Index.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSPDX(t, sbom, d.Hex)
+		t.Logf("build %d: index %s, archive %d bytes, SBOM %d bytes", i, d, len(data), len(sbom))
+		digests, archives, sboms = append(digests, d.String()), append(archives, data), append(sboms, sbom)
+	}
+	if digests[0] != digests[1] || !bytes.Equal(archives[0], archives[1]) || !bytes.Equal(sboms[0], sboms[1]) {
+		t.Errorf("two builds differ: digests %v, archives equal %t, SBOMs equal %t", digests, bytes.Equal(archives[0], archives[1]), bytes.Equal(sboms[0], sboms[1]))
+	}
+}
+
+func checkSPDX(t *testing.T, sbom []byte, indexHex string) {
+	t.Helper()
+	var doc struct {
+		SPDXVersion string `json:"spdxVersion"`
+		Packages    []struct {
+			Name, VersionInfo string
+			Checksums         []struct{ ChecksumValue string }
+		} `json:"packages"`
+		Relationships []struct {
+			Element string `json:"spdxElementId"`
+			Type    string `json:"relationshipType"`
+		} `json:"relationships"`
+	}
+	if err := json.Unmarshal(sbom, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.SPDXVersion != "SPDX-2.3" || len(doc.Packages) < 3 {
+		t.Fatalf("SBOM %s with %d packages", doc.SPDXVersion, len(doc.Packages))
+	}
+	if p := doc.Packages[0]; p.Name != "pause" || len(p.Checksums) != 1 || p.Checksums[0].ChecksumValue != indexHex {
+		t.Errorf("SBOM's first package %+v, want the image with the index digest %s", p, indexHex)
+	}
+	if p := doc.Packages[1]; p.Name != "github.com/skewgate/skewgate" || p.VersionInfo != "v0.0.1" {
+		t.Errorf("SBOM's second package %+v, want the skewgate module at the image's version", p)
+	}
+	if p := doc.Packages[2]; p.Name != "stdlib" || !strings.HasPrefix(p.VersionInfo, "go1.") {
+		t.Errorf("SBOM's third package %+v, want Go's standard library", p)
+	}
+	if len(doc.Relationships) == 0 || doc.Relationships[0].Type != "DESCRIBES" {
+		t.Errorf("SBOM relationships %+v: the document must describe the image", doc.Relationships)
 	}
 }

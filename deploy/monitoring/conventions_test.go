@@ -48,6 +48,10 @@ func decodeYAML(t *testing.T, name string, v any) {
 	}
 }
 
+// runbookBase is where runbook_url points: docs/operations.md, one section
+// per alert.
+const runbookBase = "https://github.com/skewgate/skewgate/blob/main/docs/operations.md#"
+
 // TestAlertConventions holds every alert to what operators rely on: one
 // group, a for: so a blip does not page, a known severity, and the three
 // annotations, the runbook at the alert's section of docs/operations.md.
@@ -61,6 +65,7 @@ func TestAlertConventions(t *testing.T) {
 		t.Fatal("no rules")
 	}
 	severities := []string{"critical", "warning", "info"}
+	runbooks := readFile(t, "../../docs/operations.md")
 	for i, r := range rf.Groups[0].Rules {
 		if r.Alert == "" {
 			t.Errorf("rule %d: not an alert (a recording rule belongs elsewhere)", i)
@@ -77,8 +82,14 @@ func TestAlertConventions(t *testing.T) {
 				t.Errorf("%s: no %s annotation", r.Alert, a)
 			}
 		}
-		if want := "docs/operations.md#" + strings.ToLower(r.Alert); r.Annotations["runbook"] != want {
-			t.Errorf("%s: runbook %q, want %q", r.Alert, r.Annotations["runbook"], want)
+		if want := runbookBase + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
+			t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
+		}
+		if !strings.Contains(string(runbooks), "\n### "+r.Alert+"\n") {
+			t.Errorf("%s: no section ### %s in docs/operations.md, where its runbook_url points", r.Alert, r.Alert)
+		}
+		if _, ok := r.Annotations["runbook"]; ok {
+			t.Errorf("%s: annotation runbook: kubernetes-mixin's name is runbook_url", r.Alert)
 		}
 	}
 }

@@ -27,6 +27,16 @@ func TestDashboardIsCurrent(t *testing.T) {
 	requireCurrent(t, "skewgate-dashboard.json", want)
 }
 
+// TestDashboardConfigMapIsCurrent: the ConfigMap the monitoring overlay
+// ships carries the current dashboard, labelled for Grafana's sidecar.
+func TestDashboardConfigMapIsCurrent(t *testing.T) {
+	want, err := dashboard.ConfigMapYAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireCurrent(t, "../kubernetes/monitoring/dashboard-configmap.yaml", want)
+}
+
 // requireCurrent fails t when the committed file is not want, naming the
 // first line that differs.
 func requireCurrent(t *testing.T, name string, want []byte) {

@@ -44,7 +44,7 @@ func TestDashboardQueriesParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expand := strings.NewReplacer("$__rate_interval", "1m", "$node", ".*", "$server", ".*")
+	expand := strings.NewReplacer("$__rate_interval", "1m", "$cluster", ".*", "$node", ".*", "$server", ".*")
 	type rule struct {
 		Record string `yaml:"record"`
 		Expr   string `yaml:"expr"`

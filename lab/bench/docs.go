@@ -77,7 +77,7 @@ the proxy process and node-a's apiserver spent per request, from
 		c.Watch.Watches, c.Watch.RPS, c.Watch.Duration)
 	r.WriteWatch(b)
 	fmt.Fprintf(b, "\nskewgate's resident set: %.0f MiB idle, %.0f MiB after saturation.\n\n", mib(r.RSSIdle), mib(r.RSSLoaded))
-	fmt.Fprintf(b, "## BPF programs\n\nThe kernel's own accounting (bpf stats, which the agent enables) over the whole run, from skewgate's `skewgate_bpf_program_run_seconds_total` and `_runs_total`.\n\n")
+	fmt.Fprintf(b, "## BPF programs\n\nThe kernel's own accounting (bpf stats, which the agent enables when it runs as root on the host, as here) over the whole run, from skewgate's `skewgate_bpf_program_run_seconds_total` and `_runs_total`.\n\n")
 	r.WriteBPF(b)
 	fmt.Fprintf(b, "\n## Goals\n\n")
 	r.WriteGoals(b)

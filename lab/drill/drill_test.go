@@ -48,7 +48,7 @@ func TestShortDrill(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pq []PanelQuery
-	r := strings.NewReplacer("$node", ".*", "$server", ".*", "$__rate_interval", "30s")
+	r := strings.NewReplacer("$cluster", ".*", "$node", ".*", "$server", ".*", "$__rate_interval", "30s")
 	for _, q := range queries {
 		pq = append(pq, PanelQuery{Panel: q.Panel + " " + q.RefID, Expr: r.Replace(q.Expr)})
 	}

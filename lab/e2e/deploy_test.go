@@ -2,16 +2,16 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -48,15 +48,20 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	return objs
 }
 
-// uninstallJob is deploy/kubernetes/uninstall-job.yaml for node.
+// uninstallJob is deploy/kubernetes/uninstall rendered (its image set by
+// its images:) for node, as the documented loop makes it.
 func uninstallJob(t *testing.T, node string) *unstructured.Unstructured {
 	t.Helper()
-	data, err := os.ReadFile(deployDir + "/uninstall-job.yaml")
+	objs := render(t, deployDir+"/uninstall")
+	if len(objs) != 1 {
+		t.Fatalf("deploy/kubernetes/uninstall renders %d objects, want the Job", len(objs))
+	}
+	data, err := objs[0].MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
 	}
 	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(strings.ReplaceAll(string(data), "NODE", node)), &u.Object); err != nil {
+	if err := u.UnmarshalJSON([]byte(strings.ReplaceAll(string(data), "NODE", node))); err != nil {
 		t.Fatal(err)
 	}
 	return u
@@ -97,7 +102,7 @@ func TestDeployDryRun(t *testing.T) {
 	for _, o := range objs {
 		kinds = append(kinds, o.GetKind())
 	}
-	for _, want := range []string{"ServiceAccount", "Role", "RoleBinding", "DaemonSet", "Job"} {
+	for _, want := range []string{"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Job"} {
 		if !slices.Contains(kinds, want) {
 			t.Fatalf("rendered %v: no %s", kinds, want)
 		}
@@ -133,9 +138,10 @@ func daemonSet(t *testing.T, objs []*unstructured.Unstructured) *unstructured.Un
 	return nil
 }
 
-// TestDeployMonitoringOverlay: the overlay renders the base plus the
-// metrics Service and ServiceMonitor, with the admin listener on the node
-// IP; everything but the ServiceMonitor (no CRD in the lab) passes dry-run.
+// TestDeployMonitoringOverlay: the overlay renders the base (its admin
+// listener secure, on the node IP) plus the metrics Service, ServiceMonitor,
+// ClusterRole and dashboard ConfigMap; everything but the ServiceMonitor
+// (no CRD in the lab) passes dry-run.
 func TestDeployMonitoringOverlay(t *testing.T) {
 	objs := render(t, deployDir+"/monitoring")
 	var rest []*unstructured.Unstructured
@@ -148,7 +154,7 @@ func TestDeployMonitoringOverlay(t *testing.T) {
 		case "Service":
 			sawService = true
 		case "DaemonSet":
-			checkMetricsOnNodeIP(t, o)
+			checkSecureAdmin(t, o)
 		}
 		rest = append(rest, o)
 	}
@@ -164,16 +170,20 @@ func TestDeployMonitoringOverlay(t *testing.T) {
 	}
 }
 
-func checkMetricsOnNodeIP(t *testing.T, ds *unstructured.Unstructured) {
+func checkSecureAdmin(t *testing.T, ds *unstructured.Unstructured) {
 	t.Helper()
 	containers, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
 	c := containers[0].(map[string]any)
 	args, _, _ := unstructured.NestedStringSlice(c, "args")
-	if !slices.Contains(args, "--metrics-bind-address=$(NODE_IP):16444") {
-		t.Errorf("overlay args %v: want the admin listener on $(NODE_IP)", args)
+	for _, want := range []string{"--secure-admin-address=$(NODE_IP):16444", "--metrics-bind-address="} {
+		if !slices.Contains(args, want) {
+			t.Errorf("args %v: want %s (the admin listener secure, on the node IP; no plain one)", args, want)
+		}
 	}
-	if host, found, _ := unstructured.NestedString(c, "readinessProbe", "httpGet", "host"); found {
-		t.Errorf("overlay readiness probe on host %q: want the pod IP (the node's)", host)
+	for _, probe := range []string{"livenessProbe", "readinessProbe"} {
+		if scheme, _, _ := unstructured.NestedString(c, probe, "httpGet", "scheme"); scheme != "HTTPS" {
+			t.Errorf("%s scheme %q, want HTTPS", probe, scheme)
+		}
 	}
 }
 
@@ -227,7 +237,17 @@ func TestDeployRBAC(t *testing.T) {
 			_, err := c.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
 			return err
 		},
-		"list it by name":  func() error { _, err := c.CoreV1().ConfigMaps("kube-system").List(ctx, byName); return err },
+		"list it by name": func() error { _, err := c.CoreV1().ConfigMaps("kube-system").List(ctx, byName); return err },
+		// The secure admin listener's delegation (system:auth-delegator).
+		"create a tokenreview": func() error {
+			_, err := c.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: "not-a-token"}}, metav1.CreateOptions{})
+			return err
+		},
+		"create a subjectaccessreview": func() error {
+			_, err := c.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: "system:anonymous", NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "get"}}}, metav1.CreateOptions{})
+			return err
+		},
 		"watch it by name": func() error { return watchOnce(c.CoreV1().ConfigMaps("kube-system").Watch(ctx, byName)) },
 	}
 	forbidden := map[string]func() error{

@@ -18,11 +18,15 @@ import (
 const UID = "skewgate-upgrade"
 
 // The label matchers every query narrows with, from the dashboard's
-// variables: $node selects skewgate instances, $server the apiservers they
-// front. "All" is ".*", so a node or server that appears later is included.
+// variables: $cluster selects a cluster where one Prometheus (Thanos,
+// Mimir) holds several, by the `cluster` label kubernetes-mixin's
+// dashboards use; $node selects skewgate instances, $server the apiservers
+// they front. "All" is ".*", so a node or server that appears later is
+// included, and series without a cluster label (one cluster per
+// Prometheus) match.
 const (
-	onNode       = `instance=~"$node"`
-	onNodeServer = `instance=~"$node", server=~"$server"`
+	onNode       = `cluster=~"$cluster", instance=~"$node"`
+	onNodeServer = onNode + `, server=~"$server"`
 )
 
 // datasource is the dashboard's Prometheus, chosen by the datasource
@@ -42,8 +46,9 @@ func Build() (sdk.Dashboard, error) {
 		Time("now-3h", "now").
 		Timezone(common.TimeZoneBrowser).
 		WithVariable(sdk.NewDatasourceVariableBuilder("datasource").Label("Prometheus").Type("prometheus")).
-		WithVariable(labelVariable("node", "Node", "label_values(skewgate_build_info, instance)")).
-		WithVariable(labelVariable("server", "Server", "label_values(skewgate_server_healthy, server)"))
+		WithVariable(labelVariable("cluster", "Cluster", "label_values(skewgate_build_info, cluster)")).
+		WithVariable(labelVariable("node", "Node", `label_values(skewgate_build_info{cluster=~"$cluster"}, instance)`)).
+		WithVariable(labelVariable("server", "Server", `label_values(skewgate_server_healthy{cluster=~"$cluster"}, server)`))
 	for _, r := range rows() {
 		b.WithRow(sdk.NewRowBuilder(r.title))
 		for _, p := range r.panels {

@@ -26,27 +26,27 @@ func queries(t *testing.T) []Query {
 // with to the queries that answer them.
 func TestUpgradeWindowPanels(t *testing.T) {
 	want := map[string][]string{
-		"Route mix": {`sum by (route) (rate(skewgate_requests_total{instance=~"$node"}[$__rate_interval]))`},
+		"Route mix": {`sum by (route) (rate(skewgate_requests_total{cluster=~"$cluster", instance=~"$node"}[$__rate_interval]))`},
 		"Requests routed to peers (false 404s prevented)": {`route="peer"`},
 		"503 answers":            {`route="unavailable"`},
-		"Server health":          {`skewgate_server_healthy{instance=~"$node", server=~"$server"}`},
+		"Server health":          {`skewgate_server_healthy{cluster=~"$cluster", instance=~"$node", server=~"$server"}`},
 		"Probe latency":          {`skewgate_server_probe_latency_seconds{`},
 		"Discovery age":          {`skewgate_server_discovery_age_seconds{`},
 		"Version of each server": {`skewgate_server_info{`},
-		"Group/versions not served by every member": {`skewgate_group_version_servers{instance=~"$node"} < on (instance) group_left skewgate_members`},
+		"Group/versions not served by every member": {`skewgate_group_version_servers{cluster=~"$cluster", instance=~"$node"} < on (instance) group_left skewgate_members`},
 		"Request latency by server": {
-			`histogram_quantile(0.99, sum by (le, server) (rate(skewgate_request_duration_seconds_bucket{instance=~"$node"}[$__rate_interval])))`,
+			`histogram_quantile(0.99, sum by (le, server) (rate(skewgate_request_duration_seconds_bucket{cluster=~"$cluster", instance=~"$node"}[$__rate_interval])))`,
 		},
-		"Peer RTT by server":       {`histogram_quantile(0.5, sum by (le, server) (rate(skewgate_tcp_srtt_seconds_bucket{instance=~"$node", hop="proxy_to_peer"}[$__rate_interval])))`},
+		"Peer RTT by server":       {`histogram_quantile(0.5, sum by (le, server) (rate(skewgate_tcp_srtt_seconds_bucket{cluster=~"$cluster", instance=~"$node", hop="proxy_to_peer"}[$__rate_interval])))`},
 		"Steering state":           {`skewgate_steering_state{`},
 		"Steering lease remaining": {`skewgate_steering_lease_remaining_seconds{`},
 		"Forward errors by kind":   {`sum by (instance, server, kind) (rate(skewgate_forward_errors_total{`},
 		"Build":                    {`skewgate_build_info{`},
 	}
 	for _, hop := range []string{"client_to_proxy", "proxy_to_local", "proxy_to_peer"} {
-		want["TCP handshake: "+hop] = []string{`sum by (le) (rate(skewgate_tcp_handshake_seconds_bucket{instance=~"$node", hop="` + hop + `"}[$__rate_interval]))`}
-		want["TCP min RTT: "+hop] = []string{`sum by (le) (rate(skewgate_tcp_min_rtt_seconds_bucket{instance=~"$node", hop="` + hop + `"}[$__rate_interval]))`}
-		want["TCP smoothed RTT (open): "+hop] = []string{`sum by (le) (rate(skewgate_tcp_srtt_seconds_bucket{instance=~"$node", hop="` + hop + `"}[$__rate_interval]))`}
+		want["TCP handshake: "+hop] = []string{`sum by (le) (rate(skewgate_tcp_handshake_seconds_bucket{cluster=~"$cluster", instance=~"$node", hop="` + hop + `"}[$__rate_interval]))`}
+		want["TCP min RTT: "+hop] = []string{`sum by (le) (rate(skewgate_tcp_min_rtt_seconds_bucket{cluster=~"$cluster", instance=~"$node", hop="` + hop + `"}[$__rate_interval]))`}
+		want["TCP smoothed RTT (open): "+hop] = []string{`sum by (le) (rate(skewgate_tcp_srtt_seconds_bucket{cluster=~"$cluster", instance=~"$node", hop="` + hop + `"}[$__rate_interval]))`}
 	}
 	byPanel := map[string][]string{}
 	for _, q := range queries(t) {
@@ -74,9 +74,10 @@ func TestUpgradeWindowPanels(t *testing.T) {
 var placeholder = regexp.MustCompile(`\$\{?\w+`)
 
 // TestQueriesPlaceholders keeps the placeholders to those Query documents,
-// which a test against Prometheus replaces, and every selector on $node.
+// which a test against Prometheus replaces, and every selector on $cluster
+// and $node.
 func TestQueriesPlaceholders(t *testing.T) {
-	allowed := map[string]bool{"$node": true, "$server": true, "$__rate_interval": true}
+	allowed := map[string]bool{"$cluster": true, "$node": true, "$server": true, "$__rate_interval": true}
 	selector := regexp.MustCompile(`\bskewgate_\w+(\{[^}]*\})?`)
 	for _, q := range queries(t) {
 		for _, p := range placeholder.FindAllString(q.Expr, -1) {
@@ -98,8 +99,9 @@ func TestVariables(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		"node":   "label_values(skewgate_build_info, instance)",
-		"server": "label_values(skewgate_server_healthy, server)",
+		"cluster": "label_values(skewgate_build_info, cluster)",
+		"node":    `label_values(skewgate_build_info{cluster=~"$cluster"}, instance)`,
+		"server":  `label_values(skewgate_server_healthy{cluster=~"$cluster"}, server)`,
 	}
 	for _, v := range d.Templating.List {
 		query, ok := want[v.Name]

@@ -7,7 +7,7 @@ import (
 )
 
 // Query is one PromQL expression of a panel, as Grafana sends it before
-// interpolation: it holds the placeholders $node, $server (label regexes;
+// interpolation: it holds the placeholders $cluster, $node, $server (label regexes;
 // ".*" is "All") and $__rate_interval (a range, at least four scrape
 // intervals), which a caller replaces before evaluating it.
 type Query struct {

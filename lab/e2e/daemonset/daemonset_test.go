@@ -19,8 +19,11 @@ const workloadsPath = "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workl
 const leaseSlack = 5 * time.Second
 
 // TestDaemonSet is the life of skewgate as a DaemonSet, in order: apply,
-// the false 404 fixed through the pod (and back with `steer off` on the
-// host), a rollout and a deletion with no failed new connection, and an
+// only the six pki files it reads in the pod, the false 404 fixed through
+// the pod (and back with `steer off` on the host), its serving certificate
+// renewed on the node and served without a restart, a rollout and a
+// deletion with no failed new connection, the static-pod form taking over
+// node-a's pins (fixed, upgraded by editing its file, removed), and an
 // uninstall that leaves nothing in the kernel.
 func TestDaemonSet(t *testing.T) {
 	c := admin(t)
@@ -28,6 +31,7 @@ func TestDaemonSet(t *testing.T) {
 	if a.Minor() >= 36 {
 		t.Fatalf("node %s runs %s: want the old version first", a.Name, a.Version)
 	}
+	decoyKey(t)
 	t0 := time.Now()
 	applyBase(t, images[0])
 	waitRolledOut(t, c, images[0], 3*time.Minute)
@@ -40,7 +44,9 @@ func TestDaemonSet(t *testing.T) {
 	}
 	t.Logf("logs of a pod, through its kubelet:\n%s", podLogs(t, c))
 
+	t.Run("pki", pkiSeen)
 	t.Run("false404", func(t *testing.T) { falseFourOhFour(t, a) })
+	t.Run("renew", func(t *testing.T) { renew(t, a) })
 	t.Run("rollout", func(t *testing.T) {
 		loop := startLoop(t, a.URL())
 		t1 := time.Now()
@@ -55,6 +61,7 @@ func TestDaemonSet(t *testing.T) {
 			t.Errorf("rollout: %s", loop)
 		}
 	})
+	t.Run("prometheus", prometheusScrapes)
 	t.Run("delete", func(t *testing.T) {
 		loop := startLoop(t, a.URL())
 		deleteDaemonSet(t, c, 2*time.Minute)
@@ -69,6 +76,7 @@ func TestDaemonSet(t *testing.T) {
 			t.Errorf("without skewgate node-a answers the workloads list %d (route %q) %v, want its own (false) 404", code, route, err)
 		}
 	})
+	t.Run("staticpod", func(t *testing.T) { staticPod(t, a) })
 	t.Run("uninstall", uninstall)
 }
 

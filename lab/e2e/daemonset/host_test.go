@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,20 +35,28 @@ func waitSteering(t *testing.T, want bool, timeout time.Duration) time.Duration 
 	t.Helper()
 	start := time.Now()
 	for _, n := range plane.Spec.Nodes {
-		var last string
-		for {
-			st, err := steering(n)
-			if err == nil && st.Steering() == want {
-				break
-			}
-			last = fmt.Sprint(st, err)
-			if time.Since(start) > timeout {
-				t.Fatalf("%s: steering %t not reached in %s: %s", n.Name, want, timeout, last)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		waitNodeSteering(t, n, want, timeout-time.Since(start))
 	}
 	return time.Since(start)
+}
+
+// waitNodeSteering waits until node n's pins say steering (want) or fall
+// back (!want), and returns how long that took.
+func waitNodeSteering(t *testing.T, n lab.Node, want bool, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last string
+	for {
+		st, err := steering(n)
+		if err == nil && st.Steering() == want {
+			return time.Since(start)
+		}
+		last = fmt.Sprint(st, err)
+		if time.Since(start) > timeout {
+			t.Fatalf("%s: steering %t not reached in %s: %s", n.Name, want, timeout, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // host runs the host's skewgate (steer, uninstall) and returns its output.
@@ -141,34 +150,51 @@ func (l *connLoop) String() string {
 	return fmt.Sprintf("%d new connections in %s, %d failed %v", l.tried, l.window.Round(time.Millisecond), l.failed, l.examples)
 }
 
-// podRSS is the resident memory of node n's skewgate pod process: the
-// `/skewgate run` in n's network namespace.
+// podRSS is the resident memory of node n's skewgate pod process.
 func podRSS(t *testing.T, n lab.Node) (pid int, kib int) {
 	t.Helper()
+	pid = podPID(t, n)
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			fmt.Sscanf(strings.TrimPrefix(line, "VmRSS:"), "%d", &kib)
+			return pid, kib
+		}
+	}
+	t.Fatalf("%s: no VmRSS in /proc/%d/status", n.Name, pid)
+	return 0, 0
+}
+
+// podPID is node n's skewgate pod process: the `/skewgate run` in n's
+// network namespace.
+func podPID(t *testing.T, n lab.Node) int {
+	t.Helper()
+	pid, ok := findPodPID(n)
+	if !ok {
+		t.Fatalf("no skewgate pod process in %s's network namespace", n.Name)
+	}
+	p, _ := strconv.Atoi(pid)
+	return p
+}
+
+// findPodPID is podPID, or false when there is none (yet).
+func findPodPID(n lab.Node) (string, bool) {
 	var ns syscall.Stat_t
 	if err := syscall.Stat(lab.NetNSPath(n.Name), &ns); err != nil {
-		t.Fatal(err)
+		return "", false
 	}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
-		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
 		var st syscall.Stat_t
-		if !strings.HasPrefix(string(cmd), "/skewgate\x00run") || syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) != nil || st.Ino != ns.Ino {
-			continue
-		}
-		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		for _, line := range strings.Split(string(status), "\n") {
-			if strings.HasPrefix(line, "VmRSS:") {
-				fmt.Sscanf(strings.TrimPrefix(line, "VmRSS:"), "%d", &kib)
-				return pid, kib
-			}
+		if strings.HasPrefix(string(cmd), "/skewgate\x00run") && syscall.Stat("/proc/"+e.Name()+"/ns/net", &st) == nil && st.Ino == ns.Ino {
+			return e.Name(), true
 		}
 	}
-	t.Fatalf("no skewgate pod process in %s's network namespace", n.Name)
-	return 0, 0
+	return "", false
 }
 
 // pinnedBPF are the IDs of the links and maps pinned under dirs and of the

@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -143,4 +144,37 @@ func podLogs(t *testing.T, c kubernetes.Interface) string {
 		t.Fatalf("logs of %s: %v %s", pods.Items[0].Name, err, out)
 	}
 	return string(out)
+}
+
+// podOn is the name of the DaemonSet's pod on node.
+func podOn(t *testing.T, c kubernetes.Interface, node string) string {
+	t.Helper()
+	pods, err := c.CoreV1().Pods(dsNamespace).List(context.Background(), metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/name=skewgate", FieldSelector: "spec.nodeName=" + node})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("skewgate pods on %s: %v %v", node, pods, err)
+	}
+	return pods.Items[0].Name
+}
+
+// deletePod deletes a pod and waits until it is gone (the DaemonSet then
+// starts another).
+func deletePod(t *testing.T, c kubernetes.Interface, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.CoreV1().Pods(dsNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := c.CoreV1().Pods(dsNamespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pod %s still there a minute after its deletion: %v", name, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -49,6 +50,9 @@ func setup(ctx context.Context, env *labtest.Env) error {
 	return nil
 }
 
+// buildImage builds skewgate's image as `make image` does, for every
+// architecture of image.Arches, and writes the index archive: containerd
+// imports the node's platform from it.
 func buildImage(ctx context.Context, version string) (string, image.Summary, error) {
 	root, err := filepath.Abs("../../..")
 	if err != nil {
@@ -61,10 +65,13 @@ func buildImage(ctx context.Context, version string) (string, image.Summary, err
 	}
 	s := image.Spec{Entrypoint: "/skewgate", Version: version, Revision: "e2e", Created: time.Unix(0, 0).UTC()}
 	out := filepath.Join(dir, "skewgate-"+version+".tar")
-	img, err := image.Archive(ctx, b, s, "skewgate:"+version, out)
+	m, err := image.BuildMulti(ctx, b, s, image.Arches)
 	if err != nil {
 		return "", image.Summary{}, err
 	}
-	sum, err := image.Summarize(img, out)
+	if err := image.WriteIndexArchive(m.Index, "skewgate:"+version, s.Created, out); err != nil {
+		return "", image.Summary{}, err
+	}
+	sum, err := image.Summarize(m.Images[runtime.GOARCH], out)
 	return out, sum, err
 }

@@ -1,5 +1,6 @@
-// Command dashboard writes skewgate's Grafana dashboard JSON
-// (go generate ./deploy/monitoring).
+// Command dashboard writes skewgate's Grafana dashboard JSON and the
+// ConfigMap that ships it for Grafana's sidecar (go generate
+// ./deploy/monitoring).
 package main
 
 import (
@@ -12,17 +13,28 @@ import (
 
 func main() {
 	out := flag.String("out", "skewgate-dashboard.json", "dashboard JSON to write")
+	cm := flag.String("configmap", "", "the ConfigMap to write (empty: none)")
 	flag.Parse()
-	if err := run(*out); err != nil {
+	if err := run(*out, *cm); err != nil {
 		fmt.Fprintln(os.Stderr, "dashboard:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out string) error {
+func run(out, cm string) error {
 	b, err := dashboard.JSON()
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(out, b, 0o644)
+	if err := os.WriteFile(out, b, 0o644); err != nil {
+		return err
+	}
+	if cm == "" {
+		return nil
+	}
+	y, err := dashboard.ConfigMapYAML()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(cm, y, 0o644)
 }

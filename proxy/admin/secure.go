@@ -1,0 +1,190 @@
+package admin
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/apis/apiserver"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	"k8s.io/apiserver/pkg/authorization/path"
+	"k8s.io/apiserver/pkg/authorization/union"
+	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+)
+
+// SecureOptions configure the secure admin listener the way
+// kube-controller-manager's secure port is: TLS; callers authenticated by
+// a client certificate or by the apiserver (TokenReview), else anonymous;
+// every request authorized by the apiserver (SubjectAccessReview of the
+// verb and path: RBAC nonResourceURLs), except the health paths, which
+// kubelet probes reach anonymously, and system:masters.
+type SecureOptions struct {
+	// Address is host:port to listen on (an IPv6 host with or without
+	// brackets).
+	Address string
+	// CertFile and KeyFile are the serving pair, reloaded when they change.
+	CertFile, KeyFile string
+	// ClientCAFile verifies callers' client certificates (optional).
+	ClientCAFile string
+	// Cluster reaches an apiserver that reviews tokens and access: it
+	// needs create on tokenreviews and subjectaccessreviews (the
+	// system:auth-delegator ClusterRole).
+	Cluster *rest.Config
+}
+
+// AlwaysAllowPaths answer anyone, as kube-controller-manager's: liveness
+// and readiness for kubelet probes, and their named checks.
+var AlwaysAllowPaths = []string{"/healthz", "/healthz/*", "/livez", "/livez/*", "/readyz", "/readyz/*"}
+
+// ErrNoCluster means the secure listener has no apiserver to delegate to.
+var ErrNoCluster = errors.New("no cluster credentials to delegate authentication and authorization to (--kubeconfig, or a pod's ServiceAccount)")
+
+// webhookBackoff is k8s.io/apiserver's DefaultAuthWebhookRetryBackoff.
+var webhookBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
+
+// ServeSecure serves h on o.Address behind authentication and
+// authorization until ctx ends. It returns an error wrapping ErrNoCluster
+// without o.Cluster, or for an address, certificate or CA it cannot use;
+// a review the apiserver cannot answer is a 401 or 403, never an open door.
+func ServeSecure(ctx context.Context, o SecureOptions, h http.Handler) (*http.Server, error) {
+	if o.Cluster == nil {
+		return nil, ErrNoCluster
+	}
+	cs, err := kubernetes.NewForConfig(o.Cluster)
+	if err != nil {
+		return nil, fmt.Errorf("admin delegation: %w", err)
+	}
+	serving, err := dynamiccertificates.NewDynamicServingContentFromFiles("admin-serving", o.CertFile, o.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("admin serving certificate: %w", err)
+	}
+	authn := authenticatorfactory.DelegatingAuthenticatorConfig{
+		Anonymous:                &apiserver.AnonymousAuthConfig{Enabled: true},
+		TokenAccessReviewClient:  cs.AuthenticationV1(),
+		TokenAccessReviewTimeout: 10 * time.Second,
+		WebhookRetryBackoff:      &webhookBackoff,
+		CacheTTL:                 10 * time.Second,
+	}
+	var clientCA *dynamiccertificates.DynamicFileCAContent
+	if o.ClientCAFile != "" {
+		if clientCA, err = dynamiccertificates.NewDynamicCAContentFromFile("admin-client-ca", o.ClientCAFile); err != nil {
+			return nil, fmt.Errorf("admin client CA: %w", err)
+		}
+		authn.ClientCertificateCAContentProvider = clientCA
+	}
+	reqAuthn, _, err := authn.New()
+	if err != nil {
+		return nil, fmt.Errorf("admin authentication: %w", err)
+	}
+	authz, err := delegatedAuthorizer(cs)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := tlsConfig(ctx, serving, clientCA)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", hostPort(o.Address))
+	if err != nil {
+		return nil, fmt.Errorf("secure admin listener: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           withAuth(h, reqAuthn, authz),
+		TLSConfig:         tc,
+		ReadHeaderTimeout: 10 * time.Second,
+		WriteTimeout:      2 * time.Minute, // a 30 s CPU profile
+		IdleTimeout:       90 * time.Second,
+	}
+	go srv.ServeTLS(ln, "", "")
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	return srv, nil
+}
+
+// hostPort brackets an IPv6 address that came without them, as
+// "$(NODE_IP):16444" does on an IPv6 node; anything else is left to
+// net.Listen to judge.
+func hostPort(addr string) string {
+	i := strings.LastIndex(addr, ":")
+	if i < 0 {
+		return addr
+	}
+	if ip, err := netip.ParseAddr(addr[:i]); err == nil && ip.Is6() {
+		return net.JoinHostPort(addr[:i], addr[i+1:])
+	}
+	return addr
+}
+
+// delegatedAuthorizer allows system:masters and the health paths, and asks
+// the apiserver about everything else.
+func delegatedAuthorizer(cs kubernetes.Interface) (authorizer.Authorizer, error) {
+	paths, err := path.NewAuthorizer(AlwaysAllowPaths)
+	if err != nil {
+		return nil, err
+	}
+	webhook, err := authorizerfactory.DelegatingAuthorizerConfig{
+		SubjectAccessReviewClient: cs.AuthorizationV1(),
+		AllowCacheTTL:             10 * time.Second,
+		DenyCacheTTL:              10 * time.Second,
+		WebhookRetryBackoff:       &webhookBackoff,
+	}.New()
+	if err != nil {
+		return nil, fmt.Errorf("admin authorization: %w", err)
+	}
+	return union.New(
+		union.NamedAuthorizer{AuthorizerName: "kubernetes.io/always-allow-groups", Authorizer: authorizerfactory.NewPrivilegedGroups("system:masters")},
+		union.NamedAuthorizer{AuthorizerName: "kubernetes.io/always-allow-paths", Authorizer: paths},
+		union.NamedAuthorizer{AuthorizerName: "kubernetes.io/webhook", Authorizer: webhook},
+	)
+}
+
+// tlsConfig serves the pair and asks for (never requires) a client
+// certificate, both reloaded as the files change.
+func tlsConfig(ctx context.Context, serving *dynamiccertificates.DynamicCertKeyPairContent, clientCA *dynamiccertificates.DynamicFileCAContent) (*tls.Config, error) {
+	base := &tls.Config{MinVersion: tls.VersionTLS12, ClientAuth: tls.RequestClientCert, NextProtos: []string{"h2", "http/1.1"}}
+	var ca dynamiccertificates.CAContentProvider
+	if clientCA != nil {
+		ca = clientCA
+	}
+	ctrl := dynamiccertificates.NewDynamicServingCertificateController(base, ca, serving, nil, nil)
+	if err := ctrl.RunOnce(); err != nil {
+		return nil, fmt.Errorf("admin serving certificate: %w", err)
+	}
+	serving.AddListener(ctrl)
+	go serving.Run(ctx, 1)
+	if clientCA != nil {
+		clientCA.AddListener(ctrl)
+		go clientCA.Run(ctx, 1)
+	}
+	go ctrl.Run(1, ctx.Done())
+	return &tls.Config{GetConfigForClient: ctrl.GetConfigForClient}, nil
+}
+
+// withAuth is kube-controller-manager's handler chain
+// (k8s.io/controller-manager/app.BuildHandlerChain): a caller is
+// authenticated (401 when its credentials fail), then authorized for the
+// request's verb and path (403 otherwise), answered with metav1.Status.
+func withAuth(h http.Handler, authn authenticator.Request, authz authorizer.Authorizer) http.Handler {
+	resolver := &apirequest.RequestInfoFactory{}
+	h = genericapifilters.WithAuthorization(h, authz, scheme.Codecs)
+	h = genericapifilters.WithAuthentication(h, authn, genericapifilters.Unauthorized(scheme.Codecs), nil, nil)
+	h = genericapifilters.WithRequestInfo(h, resolver)
+	return genericapifilters.WithCacheControl(h)
+}
