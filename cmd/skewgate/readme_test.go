@@ -15,7 +15,7 @@ import (
 // kube-apiserver's, kubectl's, make's variables and the lab's.
 var notSkewgate = []string{
 	"--tls-server-name", "--server", "--in-tree-proxy", "--cacert", "--cert", "--key",
-	"--nodes", "--dir", "--tag", "--image", "--kubelet", "--skewgate",
+	"--nodes", "--dir", "--tag", "--image", "--kubelet", "--skewgate", "--from-literal",
 }
 
 // flagsOf are the flags of cmd and every subcommand, by name.
@@ -52,7 +52,7 @@ func TestREADMEFlagsExist(t *testing.T) {
 		t.Errorf("README.md names %s, which no skewgate command has", n)
 	}
 	docs := string(readme)
-	for _, d := range []string{"../../docs/deploy.md", "../../docs/bpf.md", "../../docs/security.md", "../../docs/operations.md", "../../docs/routing.md"} {
+	for _, d := range []string{"../../docs/deploy.md", "../../docs/bpf.md", "../../docs/security.md", "../../docs/operations.md", "../../docs/routing.md", "../../docs/steering-modes.md"} {
 		b, err := os.ReadFile(d)
 		if err != nil {
 			t.Fatal(err)

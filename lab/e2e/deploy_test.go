@@ -249,6 +249,14 @@ func TestDeployRBAC(t *testing.T) {
 			return err
 		},
 		"watch it by name": func() error { return watchOnce(c.CoreV1().ConfigMaps("kube-system").Watch(ctx, byName)) },
+		// The cluster's steering switch, followed by name.
+		"list the steering switch by name": func() error {
+			_, err := c.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=skewgate"})
+			return err
+		},
+		"watch the steering switch by name": func() error {
+			return watchOnce(c.CoreV1().ConfigMaps("kube-system").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=skewgate"}))
+		},
 	}
 	forbidden := map[string]func() error{
 		"list every configmap in kube-system": func() error {
