@@ -159,6 +159,19 @@ func (n *Node) Status() any {
 	return out
 }
 
+// Withdraw stops steering new connections into the listener at once, as
+// skewgate is about to stop: the lease is withdrawn and the listener
+// leaves the SOCKMAP, so the kernel hands new connections to the
+// apiserver while the proxy still accepts the ones already queued.
+func (n *Node) Withdraw() {
+	n.mu.Lock()
+	st := n.st
+	n.mu.Unlock()
+	if st != nil {
+		st.withdraw()
+	}
+}
+
 // Close detaches nothing: the pins outlive the agent, and steering fails
 // open once the listener closes and the lease runs out.
 func (n *Node) Close() {

@@ -417,6 +417,24 @@ func (s *Steering) check(ctx context.Context, steered bool) error {
 
 var errNoListener = errors.New("no listener")
 
+// withdraw stops renewing, withdraws the lease and takes the listener out
+// of the SOCKMAP: new connections reach the apiserver from now on. The
+// pins stay, as with Close.
+func (s *Steering) withdraw() {
+	if s.Status().State == StateDisabled {
+		return
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	<-s.done
+	s.conf.SetLeaseUntil(0)
+	if err := s.objs.SteerSocket.Delete(uint32(0)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		s.cfg.Log.Warn("steering: listener not taken out of steer_socket; new connections fall back when it closes", "err", err)
+	}
+	s.cfg.Log.Info("steering withdrawn: new connections reach the apiserver directly")
+}
+
 // Close stops renewing the lease and releases this process's handles. The
 // pins stay and steering stays attached: it falls back to the apiserver when
 // the lease lapses (within SteeringConfig.Lease) or at once when the caller

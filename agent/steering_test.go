@@ -487,3 +487,20 @@ func TestResetDirectEndsConnectionsFromBeforeTheWindow(t *testing.T) {
 		t.Errorf("a new connection after the reset: %s answered", got)
 	}
 }
+
+// withdraw, as skewgate stops, hands new connections to the apiserver at
+// once while the listener still accepts: nothing steered to it after that
+// can be left in its queue when it closes.
+func TestSteeringWithdraw(t *testing.T) {
+	n := newNode(t)
+	s := n.steerToProxy(t, n.steeringConfig())
+	s.withdraw()
+	if got := n.dial.who(t, targetAddr); got != "origin" {
+		t.Fatalf("after withdraw: %s answered a new connection", got)
+	}
+	var cookie uint64
+	if err := s.objs.SteerSocket.Lookup(uint32(0), &cookie); err == nil {
+		t.Errorf("the listener is still in steer_socket (cookie %d)", cookie)
+	}
+	s.withdraw() // idempotent
+}

@@ -165,12 +165,15 @@ func (p *Proxy) Start(ctx context.Context) error {
 }
 
 // Serve serves clients on ln until ctx ends, then saves the state file.
-func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+// withdraw, if set, runs first when ctx ends: it stops new connections
+// from reaching ln (steering), so none is left in ln's accept queue when
+// it closes.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener, withdraw func()) error {
 	t, err := p.cfg.tls()
 	if err != nil {
 		return err
 	}
-	t.Serving, t.ClientCAs = p.certs.Serving, p.certs.AllClientCAs
+	t.Serving, t.ClientCAs, t.Withdraw = p.certs.Serving, p.certs.AllClientCAs, withdraw
 	err = Serve(ctx, ln, p.handler, t)
 	if p.cfg.StateFile != "" {
 		if serr := p.Members.SaveState(p.cfg.StateFile); serr != nil {

@@ -28,7 +28,16 @@ type TLS struct {
 	// MaxStreams is the HTTP/2 concurrent stream limit per connection
 	// (kube-apiserver's --http2-max-streams-per-connection).
 	MaxStreams int
+	// Withdraw, if set, runs when the server is to stop, before the
+	// listener closes: new connections stop coming, and those already
+	// queued are accepted and served (a closing listener resets them).
+	Withdraw func()
 }
+
+// drainQueue is how long the listener keeps accepting after steering was
+// withdrawn: connections the kernel assigned to it just before are in its
+// accept queue, and a closing listener would reset them.
+const drainQueue = 300 * time.Millisecond
 
 // Serve serves h over TLS on ln until ctx ends, then shuts down gracefully
 // (watches are cut after a grace period). It presents the apiserver's
@@ -72,6 +81,10 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, t TLS) error {
 	case err := <-errc:
 		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
+	}
+	if t.Withdraw != nil {
+		t.Withdraw()
+		time.Sleep(drainQueue) // the accept loop takes what was queued
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
