@@ -246,17 +246,25 @@ func TestBearerRequestsKeepTheirConnections(t *testing.T) {
 	}
 }
 
-// A peer at its in-flight limit gets no more short requests: the caller
-// gets 429 with Retry-After; watches do not count.
-func TestInFlightLimit(t *testing.T) {
+// fullPeer is a peer with an in-flight limit of 1, which a request it
+// holds until the test ends takes; arrived tells of later requests that
+// reach it.
+func fullPeer(t *testing.T) (*Backend, chan struct{}) {
 	release, arrived := make(chan struct{}), make(chan struct{}, 10)
 	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { arrived <- struct{}{}; <-release }))
-	defer up.Close()
-	defer close(release)
+	t.Cleanup(up.Close)
+	t.Cleanup(func() { close(release) })
 	b := backendFor(t, "peer", up, trustFor(t, up))
 	b.LimitInFlight(1)
 	go Forward(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/slow", nil), Request{Candidates: []*Backend{b}})
 	<-arrived // the first request holds the only slot
+	return b, arrived
+}
+
+// A peer at its in-flight limit gets no more short requests: the caller
+// gets 429 with Retry-After; watches do not count.
+func TestInFlightLimit(t *testing.T) {
+	b, arrived := fullPeer(t)
 	w := httptest.NewRecorder()
 	Forward(w, httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil), Request{Candidates: []*Backend{b}})
 	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
@@ -397,14 +405,7 @@ func TestTypeNotFoundGuard(t *testing.T) {
 // Only what kube-apiserver runs long is spliced as an upgrade or skips the
 // in-flight limit: "Connection: x-upgrade" on a list does neither.
 func TestUpgradeHeaderDoesNotSkipTheLimit(t *testing.T) {
-	release, arrived := make(chan struct{}), make(chan struct{}, 10)
-	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { arrived <- struct{}{}; <-release }))
-	defer up.Close()
-	defer close(release)
-	b := backendFor(t, "peer", up, trustFor(t, up))
-	b.LimitInFlight(1)
-	go Forward(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/slow", nil), Request{Candidates: []*Backend{b}})
-	<-arrived
+	b, _ := fullPeer(t)
 	r := httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil)
 	r.Header.Set("Connection", "x-upgrade")
 	r.Header.Set("Upgrade", "websocket")
