@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
-	"github.com/skewgate/skewgate/deploy/monitoring/dashboard"
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/lab/drill"
 )
@@ -29,7 +28,7 @@ func newDrillCmd() *cobra.Command {
 			if o.Prometheus == "" {
 				o.Prometheus, _ = exec.LookPath("prometheus")
 			}
-			qs, err := dashboardQueries()
+			qs, err := drill.DashboardQueries()
 			if err != nil {
 				return err
 			}
@@ -58,19 +57,4 @@ func runDrill(cmd *cobra.Command, o drill.Options, report string) error {
 		return err
 	}
 	return drill.WriteAll(report, o, results, "make upgrade-drill")
-}
-
-// dashboardQueries are the shipped dashboard's panel queries, variables
-// set to every node and server, as Grafana would send them.
-func dashboardQueries() ([]drill.PanelQuery, error) {
-	qs, err := dashboard.Queries()
-	if err != nil {
-		return nil, err
-	}
-	r := strings.NewReplacer("$node", ".*", "$server", ".*", "$__rate_interval", "30s")
-	out := make([]drill.PanelQuery, 0, len(qs))
-	for _, q := range qs {
-		out = append(out, drill.PanelQuery{Panel: q.Panel + " " + q.RefID, Expr: r.Replace(q.Expr)})
-	}
-	return out, nil
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 
-	"github.com/skewgate/skewgate/deploy/monitoring/dashboard"
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/lab/labtest"
 	"github.com/skewgate/skewgate/lab/testenv"
@@ -43,14 +42,9 @@ func TestMain(m *testing.M) {
 // and with skewgate (none), Prometheus checking every dashboard query.
 func TestShortDrill(t *testing.T) {
 	prom := testenv.RequireCommand(t, "prometheus", "prometheus")
-	queries, err := dashboard.Queries()
+	pq, err := DashboardQueries()
 	if err != nil {
 		t.Fatal(err)
-	}
-	var pq []PanelQuery
-	r := strings.NewReplacer("$cluster", ".*", "$node", ".*", "$server", ".*", "$__rate_interval", "30s")
-	for _, q := range queries {
-		pq = append(pq, PanelQuery{Panel: q.Panel + " " + q.RefID, Expr: r.Replace(q.Expr)})
 	}
 	root, _ := filepath.Abs(filepath.Join("..", ".."))
 	o := Options{Dir: filepath.Join(labDir, "plane"), CacheDir: lab.DefaultCacheDir(), Skewgate: skewgateBin, Short: true,
