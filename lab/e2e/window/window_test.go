@@ -277,7 +277,6 @@ var vip = netip.MustParsePrefix("198.18.0.100/32")
 // gratuitous ARP would make it.
 func moveVIP(t *testing.T, from, to string) {
 	t.Helper()
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: vip.Addr().AsSlice(), Mask: net.CIDRMask(32, 32)}}
 	for _, step := range []struct {
 		node string
 		add  bool
@@ -285,31 +284,36 @@ func moveVIP(t *testing.T, from, to string) {
 		if step.node == "" {
 			continue
 		}
-		ns, err := netns.GetFromPath(lab.NetNSPath(step.node))
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := netlink.NewHandleAt(ns)
-		ns.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		eth0, err := h.LinkByName("eth0")
-		if err == nil {
-			if step.add {
-				err = h.AddrAdd(eth0, addr)
-			} else {
-				err = h.AddrDel(eth0, addr)
-			}
-		}
-		h.Close()
-		if err != nil {
+		if err := vipOn(step.node, step.add); err != nil {
 			t.Fatalf("VIP on %s (add %t): %v", step.node, step.add, err)
 		}
 	}
 	if br, err := netlink.LinkByName(lab.BridgeName); err == nil {
 		_ = netlink.NeighDel(&netlink.Neigh{LinkIndex: br.Attrs().Index, IP: vip.Addr().AsSlice()})
 	}
+}
+
+// vipOn adds the VIP to node's eth0, or removes it.
+func vipOn(node string, add bool) error {
+	ns, err := netns.GetFromPath(lab.NetNSPath(node))
+	if err != nil {
+		return err
+	}
+	h, err := netlink.NewHandleAt(ns)
+	ns.Close()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	eth0, err := h.LinkByName("eth0")
+	if err != nil {
+		return err
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: vip.Addr().AsSlice(), Mask: net.CIDRMask(32, 32)}}
+	if add {
+		return h.AddrAdd(eth0, addr)
+	}
+	return h.AddrDel(eth0, addr)
 }
 
 // TestVIPMoves moves the control plane's VIP from node-a (v1.35.4) to
@@ -333,7 +337,11 @@ func TestVIPMoves(t *testing.T) {
 	waitState(t, "node-a", "steering", 30*time.Second)
 	waitState(t, "node-b", "steering", 30*time.Second)
 	moveVIP(t, "", "node-a")
-	t.Cleanup(func() { moveVIP(t, "node-a", ""); moveVIP(t, "node-b", "") })
+	t.Cleanup(func() {
+		for _, n := range []string{"node-a", "node-b"} {
+			_ = vipOn(n, false) // wherever it is now
+		}
+	})
 	c, err := plane.PKI.HTTPClient(plane.PKI.Admin)
 	if err != nil {
 		t.Fatal(err)
