@@ -176,6 +176,20 @@ resolvConf: ""
 serializeImagePulls: false
 `))
 
+// writeContainerdConfig writes the node's containerd config, with pause
+// its sandbox image, and its CNI conflist (the kubeadm mode: kubeadm
+// writes the kubelet's config).
+func (f nodeFiles) writeContainerdConfig(pause string) error {
+	vars := map[string]string{"Dir": f.dir, "Socket": f.path("containerd.sock"), "Pause": pause, "CNIBin": cniBinDir}
+	if err := renderFile(f.path("containerd.toml"), containerdConfig, vars); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(f.path("cni"), 0o755); err != nil {
+		return err
+	}
+	return writeFile(f.path("cni/99-loopback.conflist"), loopbackConflist)
+}
+
 // writeRuntimeConfigs writes the node's containerd and kubelet configs and
 // its CNI conflist.
 func (f nodeFiles) writeRuntimeConfigs(caFile string) error {
