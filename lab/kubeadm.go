@@ -55,7 +55,9 @@ func (f nodeFiles) kubeadmBinds() []bindMount {
 }
 
 // KubeadmDir is node n's /etc/kubernetes as the host sees it.
-func (p *Plane) KubeadmDir(n Node) string { return filepath.Join(p.Dir, "nodes", n.Name, "etc-kubernetes") }
+func (p *Plane) KubeadmDir(n Node) string {
+	return filepath.Join(p.Dir, "nodes", n.Name, "etc-kubernetes")
+}
 
 // kubeadmVersions are the versions the kubeadm mode prepares: the nodes'
 // and the lab's old and new, so `kubeadm upgrade` finds its images.
