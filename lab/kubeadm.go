@@ -51,7 +51,36 @@ func (f nodeFiles) kubeadmBinds() []bindMount {
 		{f.path("skewgate"), "/var/lib/skewgate"},
 		{f.path("log"), "/var/log"},
 		{kubeletBPFRoot(f.node), "/sys/fs/bpf"},
+		{f.path("etc/hosts"), "/etc/hosts"},
+		{f.path("etc/resolv.conf"), "/etc/resolv.conf"},
 	}
+}
+
+// writeNodeEtc writes node f's /etc/hosts (its own name, as a real node
+// resolves it: kubeadm's Hostname check looks it up) and a resolv.conf
+// naming no server, so a lookup in the node goes to the node's loopback,
+// never to the host's resolver outside the lab's network.
+func (f nodeFiles) writeNodeEtc() error {
+	if err := os.MkdirAll(f.path("etc"), 0o755); err != nil {
+		return err
+	}
+	hosts := fmt.Sprintf("127.0.0.1 localhost\n%s %s\n%s kubeadm-vip\n", f.node.IP, f.node.Name, KubeadmVIP)
+	if err := writeFile(f.path("etc/hosts"), hosts); err != nil {
+		return err
+	}
+	return writeFile(f.path("etc/resolv.conf"), "# skewlab: no resolver outside the lab\n")
+}
+
+// installKubelet links node f's kubelet where kubeadm finds it (`kubelet
+// --version` in its preflight and version skew checks), as the kubelet
+// package would install it.
+func (f nodeFiles) installKubelet(bin string) error {
+	link := f.path("bin/kubelet")
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		return err
+	}
+	os.Remove(link)
+	return os.Symlink(bin, link)
 }
 
 // KubeadmDir is node n's /etc/kubernetes as the host sees it.
@@ -276,7 +305,16 @@ func (p *Plane) startKubeadmRuntime(ctx context.Context, n Node, pause string, a
 	if err := f.writeContainerdConfig(pause); err != nil {
 		return err
 	}
+	if err := f.writeNodeEtc(); err != nil {
+		return err
+	}
+	if err := f.installKubelet(p.kubeadm.Kubelets[n.Version]); err != nil {
+		return err
+	}
 	for _, b := range f.kubeadmBinds() {
+		if _, err := os.Stat(b.src); err == nil {
+			continue // a file (hosts, resolv.conf) or a directory made before
+		}
 		if err := os.MkdirAll(b.src, 0o755); err != nil {
 			return err
 		}
@@ -349,7 +387,12 @@ func (p *Plane) runKubeadm(ctx context.Context, n Node, version string, args ...
 	fmt.Fprintf(log, "+ kubeadm %s\n", strings.Join(args, " "))
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	f, err := p.nodeFiles(n)
+	if err != nil {
+		return err
+	}
 	cmd := exec.CommandContext(ctx, p.kubeadm.Kubeadm[version], append(args, "--v=1")...)
+	cmd.Env = append(os.Environ(), "PATH="+f.path("bin")+":"+os.Getenv("PATH"))
 	r, w := io.Pipe()
 	cmd.Stdout, cmd.Stderr = w, w
 	var wg sync.WaitGroup
