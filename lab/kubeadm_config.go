@@ -33,9 +33,12 @@ var KubeadmEtcdTag = strings.TrimPrefix(EtcdVersion, "v") + "-0"
 // kubeadmIgnorePreflight are the preflight errors the lab's nodes have;
 // every other check must pass (warnings stay warnings, in the log):
 // ip_forward is off in a node's fresh network namespace, and nothing
-// routes pods here (a loopback-only CNI).
+// routes pods here (a loopback-only CNI); SystemVerification refuses the
+// host's cgroup v1 hierarchy, which kubelet 1.35 accepts only with
+// failCgroupV1: false (set) and this check skipped, as kubeadm says.
 var kubeadmIgnorePreflight = []string{
 	"FileContent--proc-sys-net-ipv4-ip_forward",
+	"SystemVerification",
 }
 
 // kubeadmSecrets are a plane's bootstrap token and the key that encrypts

@@ -60,6 +60,9 @@ func run(m *testing.M) func(dir string) int {
 			}
 			return m.Run()
 		}()
+		if code != 0 {
+			keepLogs(dir)
+		}
 		st, _ := lab.LoadState(dir)
 		t1 := time.Now()
 		if err := lab.Down(dir); err != nil {
@@ -148,4 +151,18 @@ func checkTornDown(st *lab.State, before map[string]bool) error {
 		return errors.New(strings.Join(s, "; "))
 	}
 	return nil
+}
+
+// keepLogs copies the lab's logs (kubeadm's, the kubelets', containerd's)
+// out of dir before tear-down removes them, for a failed run.
+func keepLogs(dir string) {
+	dst, err := os.MkdirTemp("", "skewgate-kubeadm-logs-")
+	if err == nil {
+		err = os.CopyFS(dst, os.DirFS(filepath.Join(dir, "logs")))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubeadm: keep logs:", err)
+		return
+	}
+	fmt.Fprintln(os.Stderr, "kubeadm: failed; the lab's logs are in", dst)
 }
