@@ -531,7 +531,7 @@ func (p *Plane) KubeadmUpgrade(ctx context.Context, name, version string, apply 
 		return err
 	}
 	vars := p.kubeadmVars(f, p.kubeadmSecrets)
-	vars.Version = version
+	vars.Version, vars.Ignore = version, kubeadmUpgradeIgnorePreflight
 	cfg := f.path("kubeadm-upgrade.yaml")
 	if err := renderFile(cfg, kubeadmUpgradeConfig, vars); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"text/template"
 )
@@ -40,6 +41,11 @@ var kubeadmIgnorePreflight = []string{
 	"FileContent--proc-sys-net-ipv4-ip_forward",
 	"SystemVerification",
 }
+
+// kubeadmUpgradeIgnorePreflight adds, for `kubeadm upgrade`, the CoreDNS
+// checks, which fail because the lab skipped the CoreDNS addon (there is
+// no CoreDNS to migrate).
+var kubeadmUpgradeIgnorePreflight = append(slices.Clone(kubeadmIgnorePreflight), "CoreDNSUnsupportedPlugins", "CoreDNSMigration")
 
 // kubeadmSecrets are a plane's bootstrap token and the key that encrypts
 // the certificates `kubeadm init --upload-certs` uploads.
