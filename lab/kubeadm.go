@@ -111,7 +111,16 @@ func (p *Plane) upKubeadm(ctx context.Context, timeout time.Duration) error {
 	if err := requireRuntime(); err != nil {
 		return err
 	}
-	kb, err := EnsureKubeadmBinaries(ctx, p.cache, kubeadmVersions(p.Spec), nodeVersions(p.Spec), p.out)
+	// kubeadm builds a cluster of one version: every node starts at the
+	// oldest (and its kubelet stays there), and nodes asked for newer ones
+	// are upgraded as an operator would (upgrade apply on the first,
+	// upgrade node on the others).
+	want := slices.Clone(p.Spec.Nodes)
+	versions := kubeadmVersions(p.Spec)
+	for i := range p.Spec.Nodes {
+		p.Spec.Nodes[i].Version = want[0].Version
+	}
+	kb, err := EnsureKubeadmBinaries(ctx, p.cache, versions, nodeVersions(p.Spec), p.out)
 	if err != nil {
 		return err
 	}
@@ -120,7 +129,7 @@ func (p *Plane) upKubeadm(ctx context.Context, timeout time.Duration) error {
 		return err
 	}
 	p.State.Kubeadm = &p.kubeadmSecrets
-	archives, pause, err := p.kubeadmImages(ctx, kb)
+	archives, pause, err := p.kubeadmImages(ctx, kb, versions)
 	if err != nil {
 		return err
 	}
@@ -137,13 +146,6 @@ func (p *Plane) upKubeadm(ctx context.Context, timeout time.Duration) error {
 		}
 	}
 	fmt.Fprintf(p.out, "lab: containerd on %d nodes, %d images imported into each, in %s\n", len(p.Spec.Nodes), len(archives), time.Since(t0).Round(100*time.Millisecond))
-	// kubeadm builds a cluster of one version: every node starts at the
-	// oldest, and nodes asked for newer ones are upgraded as an operator
-	// would (upgrade apply on the first, upgrade node on the others).
-	want := slices.Clone(p.Spec.Nodes)
-	for i := range p.Spec.Nodes {
-		p.Spec.Nodes[i].Version = want[0].Version
-	}
 	if err := p.kubeadmInit(ctx, p.Spec.Nodes[0]); err != nil {
 		return err
 	}
@@ -228,7 +230,7 @@ func addVIP(n Node) error {
 // kubeadmImages builds every image the kubeadm of each version lists for
 // the lab's configuration, but the skipped addons', and returns their
 // archives and the pause image's name (containerd's sandbox image).
-func (p *Plane) kubeadmImages(ctx context.Context, kb KubeadmBinaries) ([]string, string, error) {
+func (p *Plane) kubeadmImages(ctx context.Context, kb KubeadmBinaries, versions []string) ([]string, string, error) {
 	t0 := time.Now()
 	dir, err := filepath.Abs(filepath.Join(p.Dir, "images"))
 	if err != nil {
@@ -240,7 +242,7 @@ func (p *Plane) kubeadmImages(ctx context.Context, kb KubeadmBinaries) ([]string
 	var archives []string
 	var pause string
 	seen := map[string]bool{}
-	for _, v := range kubeadmVersions(p.Spec) {
+	for _, v := range versions {
 		cfg := filepath.Join(dir, "kubeadm-"+v+".yaml")
 		vars := p.kubeadmVars(nodeFiles{node: p.Spec.Nodes[0], dir: dir}, p.kubeadmSecrets)
 		vars.Version = v
