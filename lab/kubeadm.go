@@ -33,11 +33,12 @@ import (
 // node.
 
 // kubeadmHostDirs are host paths the kubeadm mode binds per node
-// (/etc/kubernetes, /var/lib/kubelet, /var/lib/etcd, skewgate's state) and
+// (/etc/kubernetes, /var/lib/kubelet, /var/lib/etcd, /var/lib/cni,
+// skewgate's state) and
 // those its static pods' DirectoryOrCreate hostPaths would create on the
 // host: created and recorded before, removed at tear-down.
 var kubeadmHostDirs = []string{
-	"/etc/kubernetes", "/var/lib/kubelet", "/var/lib/etcd", "/var/lib/skewgate",
+	"/etc/kubernetes", "/var/lib/kubelet", "/var/lib/etcd", "/var/lib/skewgate", "/var/lib/cni",
 	"/usr/libexec/kubernetes/kubelet-plugins/volume/exec",
 	"/etc/ca-certificates", "/usr/local/share/ca-certificates", "/usr/share/ca-certificates",
 }
@@ -49,6 +50,8 @@ func (f nodeFiles) kubeadmBinds() []bindMount {
 		{f.path("kubelet"), "/var/lib/kubelet"},
 		{f.path("etcd"), "/var/lib/etcd"},
 		{f.path("skewgate"), "/var/lib/skewgate"},
+		// containerd's CNI library caches each sandbox's result here.
+		{f.path("cni-cache"), "/var/lib/cni"},
 		{f.path("log"), "/var/log"},
 		{kubeletBPFRoot(f.node), "/sys/fs/bpf"},
 		{f.path("etc/hosts"), "/etc/hosts"},
@@ -110,6 +113,11 @@ func (p *Plane) upKubeadm(ctx context.Context, timeout time.Duration) error {
 	start := time.Now()
 	if err := requireRuntime(); err != nil {
 		return err
+	}
+	for _, plugin := range []string{"bridge", "host-local"} {
+		if _, err := exec.LookPath(filepath.Join(cniBinDir, plugin)); err != nil {
+			return fmt.Errorf("the kubeadm mode needs the CNI %s plugin in %s: apt-get install containernetworking-plugins", plugin, cniBinDir)
+		}
 	}
 	// kubeadm builds a cluster of one version: every node starts at the
 	// oldest (and its kubelet stays there), and nodes asked for newer ones

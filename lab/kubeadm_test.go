@@ -178,3 +178,32 @@ func TestCACertHash(t *testing.T) {
 		t.Errorf("caCertHash %q %v", h, err)
 	}
 }
+
+func TestBridgeConflist(t *testing.T) {
+	v := kubeadmTestVars(t)
+	f := nodeFiles{node: v.Node, dir: t.TempDir()}
+	if err := f.writeContainerdConfig("registry.k8s.io/pause:3.10.2"); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(f.path("cni/10-bridge.conflist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Plugins []struct {
+			Type, Bridge string
+			IPAM         struct {
+				DataDir string       `json:"dataDir"`
+				Ranges  [][]struct{ Subnet, Gateway string }
+			}
+		}
+	}
+	if err := yaml.Unmarshal(data, &c); err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	p := c.Plugins[0]
+	if p.Type != "bridge" || p.Bridge != "cni0" || p.IPAM.DataDir != f.path("cni-ipam") ||
+		p.IPAM.Ranges[0][0].Subnet != "10.244.2.0/24" || p.IPAM.Ranges[0][0].Gateway != "10.244.2.1" {
+		t.Errorf("conflist for node-b (cni0 10.244.2.1/24): %+v", c)
+	}
+}

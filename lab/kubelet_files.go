@@ -184,11 +184,22 @@ func (f nodeFiles) writeContainerdConfig(pause string) error {
 	if err := renderFile(f.path("containerd.toml"), containerdConfig, vars); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(f.path("cni"), 0o755); err != nil {
-		return err
-	}
-	return writeFile(f.path("cni/99-loopback.conflist"), loopbackConflist)
+	last := f.node.IP.As4()[3]
+	return renderFile(f.path("cni/10-bridge.conflist"), bridgeConflist, map[string]any{
+		"Subnet": fmt.Sprintf("10.244.%d.0/24", last), "Gateway": fmt.Sprintf("10.244.%d.1", last), "IPAM": f.path("cni-ipam"),
+	})
 }
+
+// bridgeConflist gives pods that are not hostNetwork an address on the
+// node's cni0 bridge (containerd wants an eth0 address for every sandbox;
+// kubeadm's upgrade health check runs such a pod): Debian's bridge and
+// host-local plugins, no masquerade (no iptables rule), the address
+// leases in the node's directory.
+var bridgeConflist = template.Must(template.New("bridge").Parse(`{"cniVersion": "0.4.0", "name": "skewlab-bridge", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+   "ipam": {"type": "host-local", "dataDir": "{{.IPAM}}", "ranges": [[{"subnet": "{{.Subnet}}", "gateway": "{{.Gateway}}"}]]}}
+]}
+`))
 
 // writeRuntimeConfigs writes the node's containerd and kubelet configs and
 // its CNI conflist.

@@ -102,7 +102,7 @@ func setup(ctx context.Context, dir string) error {
 // hostDirs are the host paths the kubeadm mode may create; tear-down
 // must leave each as it found it.
 var hostDirs = []string{
-	"/etc/kubernetes", "/var/lib/kubelet", "/var/lib/etcd", "/var/lib/skewgate",
+	"/etc/kubernetes", "/var/lib/kubelet", "/var/lib/etcd", "/var/lib/skewgate", "/var/lib/cni",
 	"/usr/libexec/kubernetes", "/etc/ca-certificates", "/usr/local/share/ca-certificates",
 	"/usr/share/ca-certificates",
 }
