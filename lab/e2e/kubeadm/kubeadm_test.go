@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +55,8 @@ func TestKubeadm(t *testing.T) {
 		if err := plane.KubeadmUpgrade(context.Background(), a.Name, lab.NewVersion, true); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("kubeadm upgrade apply %s on %s in %s", lab.NewVersion, a.Name, time.Since(t0).Round(100*time.Millisecond))
+		t.Logf("kubeadm upgrade apply %s on %s in %s; its log (klog lines left out):\n%s", lab.NewVersion, a.Name,
+			time.Since(t0).Round(100*time.Millisecond), kubeadmOutput(t, a, "upgrade apply"))
 		for n, v := range map[lab.Node]string{a: lab.NewVersion, b: lab.OldVersion} {
 			if got := serverVersion(t, n); got != v {
 				t.Errorf("%s serves %s, want %s", n.Name, got, v)
@@ -304,4 +307,26 @@ func wantEventually(t *testing.T, n lab.Node, code int, route, how string, timeo
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Errorf("%s: GET %s on %s: %s for %s, want %d (route %q)", how, workloadsPath, n.Name, last, timeout, code, route)
+}
+
+// kubeadmOutput is what kubeadm printed for its last run of sub on node n
+// (its own lines, not klog's).
+func kubeadmOutput(t *testing.T, n lab.Node, sub string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(plane.Dir, "logs", "kubeadm-"+n.Name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	if i := strings.LastIndex(s, "+ kubeadm "+sub); i >= 0 {
+		s = s[i:]
+	}
+	var b strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		if len(line) > 5 && (line[0] == 'I' || line[0] == 'W' || line[0] == 'E') && line[1] >= '0' && line[1] <= '9' {
+			continue
+		}
+		fmt.Fprintln(&b, "  "+line)
+	}
+	return b.String()
 }
