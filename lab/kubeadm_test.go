@@ -193,7 +193,7 @@ func TestBridgeConflist(t *testing.T) {
 		Plugins []struct {
 			Type, Bridge string
 			IPAM         struct {
-				DataDir string       `json:"dataDir"`
+				DataDir string `json:"dataDir"`
 				Ranges  [][]struct{ Subnet, Gateway string }
 			}
 		}
