@@ -48,9 +48,12 @@ image: build
 # The lab's kube-apiservers are built first, on their own, so their
 # minutes-long first build shows its progress instead of hiding in go test.
 lab-build: build
-	$(BIN)/skewlab build $(if $(filter on,$(KUBELET)),--kubelet,)
+	$(BIN)/skewlab build $(if $(filter on,$(KUBELET)),--kubelet,) $(if $(filter on,$(KUBEADM)),--kubeadm,)
 
-test: vet lab-build
+# The kubelet and kubeadm labs' binaries too (e2e/daemonset,
+# e2e/kubeadm), so their first build shows its progress here.
+test: vet build
+	$(BIN)/skewlab build --kubelet --kubeadm
 	$(GOTEST) ./...
 
 vet:
@@ -62,8 +65,12 @@ LAB_SKEWGATE := $(if $(filter on,$(SKEWGATE)),--skewgate $(BIN)/skewgate,)
 # role and taint), a controller-manager and a scheduler, with skewgate's
 # image (make image) imported: then `kubectl apply -k deploy/kubernetes`.
 KUBELET   ?= off
-LAB_KUBELET := $(if $(filter on,$(KUBELET)),--kubelet --image $(BIN)/skewgate-image.tar,)
-LAB_UP_DEPS := lab-build $(if $(filter on,$(KUBELET)),image kubelet-packages,)
+# KUBEADM=on builds the plane with kubeadm itself (init, join
+# --control-plane, static pods of lab-built images, a VIP), on kubelets as
+# KUBELET=on runs them; `make lab-deploy` works on it too.
+KUBEADM   ?= off
+LAB_KUBELET := $(if $(filter on,$(KUBELET)),--kubelet --image $(BIN)/skewgate-image.tar,)$(if $(filter on,$(KUBEADM)),--kubeadm --image $(BIN)/skewgate-image.tar,)
+LAB_UP_DEPS := lab-build $(if $(filter on,$(KUBELET))$(filter on,$(KUBEADM)),image kubelet-packages,)
 
 lab-up: $(LAB_UP_DEPS)
 	$(BIN)/skewlab up --dir $(LAB_DIR) --nodes $(NODES) $(LAB_SKEWGATE) $(LAB_KUBELET)

@@ -79,7 +79,7 @@ func apiserverRecipe(v string) recipe { return kubernetesRecipe("kube-apiserver"
 
 // kubernetesRecipe builds k8s.io/kubernetes/cmd/<name> at version v
 // (kube-apiserver, kubelet, kube-controller-manager, kube-scheduler,
-// kubectl), stamped with v as a release build would be.
+// kubectl, kubeadm), stamped with v as a release build would be.
 func kubernetesRecipe(name, v string) recipe {
 	minor := strings.TrimPrefix(v, "v1.")
 	r := recipe{
@@ -95,6 +95,10 @@ func kubernetesRecipe(name, v string) recipe {
 		// kubectl has no --version flag and prints its own wording.
 		r.versionArgs = []string{"version", "--client"}
 		r.wantVersion = "Client Version: " + v
+	}
+	if name == "kubeadm" {
+		r.versionArgs = []string{"version", "-o", "short"}
+		r.wantVersion = v
 	}
 	return r
 }

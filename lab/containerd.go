@@ -33,8 +33,8 @@ func importImage(ctx context.Context, sock, archive string) error {
 // ImportImage imports an image archive (image.WriteArchive's) into every
 // node's containerd, as `ctr -n k8s.io images import` does on a real node.
 func (p *Plane) ImportImage(ctx context.Context, archive string) error {
-	if !p.Spec.Kubelet {
-		return fmt.Errorf("import %s: the lab runs no kubelets (Spec.Kubelet)", archive)
+	if !p.Spec.Kubelet && !p.Spec.Kubeadm {
+		return fmt.Errorf("import %s: the lab runs no kubelets (Spec.Kubelet, Spec.Kubeadm)", archive)
 	}
 	abs, err := filepath.Abs(archive)
 	if err != nil {

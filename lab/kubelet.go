@@ -41,7 +41,7 @@ func (p *Plane) startKubelets(ctx context.Context, timeout time.Duration) error 
 	if err != nil {
 		return err
 	}
-	if err := p.prepareHost(); err != nil {
+	if err := p.prepareHost("/etc/kubernetes/pki", "/var/lib/skewgate"); err != nil {
 		return err
 	}
 	for _, n := range p.Spec.Nodes {
@@ -226,6 +226,9 @@ func (p *Plane) waitNodesReady(ctx context.Context, timeout time.Duration) error
 		if err := waitNodeReady(ctx, c, n.Name); err != nil {
 			proc, _ := p.State.Proc("kubelet-" + n.Name)
 			return fmt.Errorf("node %s: %w\n--- %s (tail) ---\n%s", n.Name, err, proc.Log, logTail(proc.Log, 30))
+		}
+		if p.Spec.Kubeadm {
+			continue // kubeadm's mark-control-plane phase labelled it
 		}
 		if _, err := c.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("label node %s: %w", n.Name, err)

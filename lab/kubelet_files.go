@@ -184,6 +184,31 @@ serializeImagePulls: false
 staticPodPath: {{.Dir}}/manifests
 `))
 
+// writeContainerdConfig writes the node's containerd config, with pause
+// its sandbox image, and its CNI conflist (the kubeadm mode: kubeadm
+// writes the kubelet's config).
+func (f nodeFiles) writeContainerdConfig(pause string) error {
+	vars := map[string]string{"Dir": f.dir, "Socket": f.path("containerd.sock"), "Pause": pause, "CNIBin": cniBinDir}
+	if err := renderFile(f.path("containerd.toml"), containerdConfig, vars); err != nil {
+		return err
+	}
+	last := f.node.IP.As4()[3]
+	return renderFile(f.path("cni/10-bridge.conflist"), bridgeConflist, map[string]any{
+		"Subnet": fmt.Sprintf("10.244.%d.0/24", last), "Gateway": fmt.Sprintf("10.244.%d.1", last), "IPAM": f.path("cni-ipam"),
+	})
+}
+
+// bridgeConflist gives pods that are not hostNetwork an address on the
+// node's cni0 bridge (containerd wants an eth0 address for every sandbox;
+// kubeadm's upgrade health check runs such a pod): Debian's bridge and
+// host-local plugins, no masquerade (no iptables rule), the address
+// leases in the node's directory.
+var bridgeConflist = template.Must(template.New("bridge").Parse(`{"cniVersion": "0.4.0", "name": "skewlab-bridge", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+   "ipam": {"type": "host-local", "dataDir": "{{.IPAM}}", "ranges": [[{"subnet": "{{.Subnet}}", "gateway": "{{.Gateway}}"}]]}}
+]}
+`))
+
 // writeRuntimeConfigs writes the node's containerd and kubelet configs and
 // its CNI conflist.
 func (f nodeFiles) writeRuntimeConfigs(caFile string) error {

@@ -23,7 +23,8 @@ type KubeletState struct {
 	// Cgroups are the kubelets' cgroup roots, one name in every hierarchy.
 	Cgroups []string `json:"cgroups"`
 	// Mountpoints are host directories the lab created to bind node files
-	// on, parents first.
+	// on (or that a static pod's hostPath would otherwise create), parents
+	// first.
 	Mountpoints []string `json:"mountpoints"`
 }
 
@@ -36,10 +37,10 @@ var kubeletSysctls = []string{
 
 const cgroupFS = "/sys/fs/cgroup"
 
-// prepareHost records the sysctls, then creates the mountpoints the nodes'
-// binds need and each node's cgroup root and bpffs root, recording each
-// before it exists.
-func (p *Plane) prepareHost() error {
+// prepareHost records the sysctls, then creates the host directories (and
+// missing parents) the nodes' binds need, and each node's cgroup root and
+// bpffs root, recording each before it exists.
+func (p *Plane) prepareHost(dirs ...string) error {
 	ks := &KubeletState{Sysctls: map[string]string{}}
 	for _, k := range kubeletSysctls {
 		v, err := os.ReadFile(filepath.Join("/proc/sys", k))
@@ -54,7 +55,7 @@ func (p *Plane) prepareHost() error {
 		ks.Cgroups = append(ks.Cgroups, kubeletCgroupRoot(n))
 		p.State.Pins = append(p.State.Pins, kubeletBPFRoot(n))
 	}
-	ks.Mountpoints = missingDirs("/etc/kubernetes/pki", "/var/lib/skewgate")
+	ks.Mountpoints = missingDirs(dirs...)
 	if err := p.State.save(); err != nil {
 		return err
 	}

@@ -174,7 +174,7 @@ func LoadCA(certFile, keyFile string) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load CA %s: %w", certFile, err)
 	}
-	key, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	key, err := parsePrivateKey(kb)
 	if err != nil {
 		return nil, fmt.Errorf("load CA key %s: %w", keyFile, err)
 	}
@@ -183,4 +183,16 @@ func LoadCA(certFile, keyFile string) (*CA, error) {
 		return nil, fmt.Errorf("load CA key %s: not a signing key", keyFile)
 	}
 	return &CA{Cert: cert, Key: signer}, nil
+}
+
+// parsePrivateKey reads the lab's PKCS#8 keys and kubeadm's PKCS#1 RSA
+// ("RSA PRIVATE KEY") and SEC 1 ("EC PRIVATE KEY") ones.
+func parsePrivateKey(b *pem.Block) (any, error) {
+	switch b.Type {
+	case "RSA PRIVATE KEY":
+		return x509.ParsePKCS1PrivateKey(b.Bytes)
+	case "EC PRIVATE KEY":
+		return x509.ParseECPrivateKey(b.Bytes)
+	}
+	return x509.ParsePKCS8PrivateKey(b.Bytes)
 }

@@ -42,6 +42,9 @@ type Plane struct {
 	cache string // CacheDir
 	// skewgateMode is how Up runs skewgate on every node.
 	skewgateMode SkewgateMode
+	// kubeadm are the kubeadm mode's binaries, once known.
+	kubeadm        *KubeadmBinaries
+	kubeadmSecrets kubeadmSecrets
 }
 
 // stopGrace is how long a process gets to exit after SIGTERM.
@@ -69,12 +72,18 @@ func Up(ctx context.Context, o Options) (*Plane, error) {
 	if err := refuseIfUp(o.Dir); err != nil {
 		return nil, err
 	}
-	if o.Skewgate != "" && o.Spec.Kubelet {
+	if o.Spec.Kubeadm && (o.Spec.InTreeProxy || o.Spec.NoEndpoints || o.Spec.Kubelet) {
+		return nil, errors.New("lab: the kubeadm mode configures the apiservers and kubelets itself (no --in-tree-proxy, no endpoint reconciler choice, not with --kubelet)")
+	}
+	if o.Skewgate != "" && (o.Spec.Kubelet || o.Spec.Kubeadm) {
 		return nil, errors.New("lab: skewgate runs either as lab processes or as the DaemonSet on the kubelets, not both (they would steer the same addresses)")
 	}
 	versions := append([]string(nil), o.Versions...)
 	for _, n := range o.Spec.Nodes {
 		versions = append(versions, n.Version)
+	}
+	if o.Spec.Kubeadm {
+		versions = append(versions, kubeadmVersions(o.Spec)...)
 	}
 	bins, err := EnsureBinaries(ctx, o.CacheDir, versions, o.Progress)
 	if err != nil {
@@ -110,6 +119,9 @@ func (p *Plane) up(ctx context.Context, readyTimeout time.Duration, skewgate str
 		}
 	}
 	p.State = &State{Spec: p.Spec, path: statePath(p.Dir)}
+	if p.Spec.Kubeadm {
+		return p.upKubeadm(ctx, readyTimeout)
+	}
 	pki, err := GeneratePKI(filepath.Join(p.Dir, "pki"), p.Spec.Nodes)
 	if err != nil {
 		return err
@@ -306,10 +318,14 @@ func Open(ctx context.Context, dir, cacheDir string) (*Plane, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Plane{
+	p := &Plane{
 		Dir: dir, Spec: st.Spec, Bins: bins, State: st, out: io.Discard, cache: cacheDir,
 		PKI: NewPKIPaths(filepath.Join(dir, "pki"), st.Spec.Nodes),
-	}, nil
+	}
+	if st.Kubeadm != nil {
+		p.kubeadmSecrets = *st.Kubeadm
+	}
+	return p, nil
 }
 
 // KillNode SIGKILLs node name's kube-apiserver, a crash: it deletes

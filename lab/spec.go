@@ -60,6 +60,12 @@ type Spec struct {
 	// kube-controller-manager and kube-scheduler: DaemonSets run as on a
 	// kubeadm cluster.
 	Kubelet bool
+	// Kubeadm builds the plane with kubeadm itself (implies kubelets):
+	// `kubeadm init` on the first node, `kubeadm join --control-plane` on
+	// the others, stacked etcd, the control plane as static pods of
+	// images the lab builds, kubeadm's own PKI, a controlPlaneEndpoint VIP
+	// (KubeadmVIP) on the first node. No lab etcd and no lab apiservers.
+	Kubeadm bool
 }
 
 // DefaultSpec is node-a on the old version and node-b on the new one.

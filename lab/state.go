@@ -21,6 +21,9 @@ type State struct {
 	Pins []string `json:"pins,omitempty"`
 	// Kubelet is what the kubelet mode changed on the host.
 	Kubelet *KubeletState `json:"kubelet,omitempty"`
+	// Kubeadm are the kubeadm mode's bootstrap token and certificate key
+	// (node-c joins later with them).
+	Kubeadm *kubeadmSecrets `json:"kubeadm,omitempty"`
 	path    string
 }
 

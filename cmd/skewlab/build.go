@@ -11,7 +11,7 @@ import (
 func newBuildCmd() *cobra.Command {
 	cache := lab.DefaultCacheDir()
 	versions := []string{lab.OldVersion, lab.NewVersion}
-	var kubelet bool
+	var kubelet, kubeadm bool
 	cmd := &cobra.Command{
 		Use:   "build",
 		Short: "Build etcd and the kube-apiservers into the lab cache (reused when present)",
@@ -19,15 +19,21 @@ func newBuildCmd() *cobra.Command {
 			if _, err := lab.EnsureBinaries(cmd.Context(), cache, versions, os.Stdout); err != nil {
 				return err
 			}
-			if !kubelet {
-				return nil
+			if kubelet {
+				if _, err := lab.EnsureKubeletBinaries(cmd.Context(), cache, versions, os.Stdout); err != nil {
+					return err
+				}
 			}
-			_, err := lab.EnsureKubeletBinaries(cmd.Context(), cache, versions, os.Stdout)
-			return err
+			if kubeadm {
+				_, err := lab.EnsureKubeadmBinaries(cmd.Context(), cache, versions, versions, os.Stdout)
+				return err
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&cache, "cache", cache, "directory for the built binaries ($SKEWGATE_LAB_CACHE)")
 	cmd.Flags().StringSliceVar(&versions, "versions", versions, "kube-apiserver versions to build")
+	cmd.Flags().BoolVar(&kubeadm, "kubeadm", false, "also build kubeadm, kube-controller-manager, kube-scheduler and a kubelet per version, and kubectl "+lab.KubectlVersion)
 	cmd.Flags().BoolVar(&kubelet, "kubelet", false, "also build a kubelet per version, kube-controller-manager and kube-scheduler at the oldest, and kubectl "+lab.KubectlVersion)
 	return cmd
 }

@@ -22,7 +22,7 @@ func newUpCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			spec.InTreeProxy, spec.Kubelet = o.Spec.InTreeProxy, o.Spec.Kubelet
+			spec.InTreeProxy, spec.Kubelet, spec.Kubeadm = o.Spec.InTreeProxy, o.Spec.Kubelet, o.Spec.Kubeadm
 			o.Spec = spec
 			p, err := lab.Up(cmd.Context(), o)
 			if err != nil {
@@ -48,7 +48,8 @@ func newUpCmd() *cobra.Command {
 	f.BoolVar(&o.Spec.InTreeProxy, "in-tree-proxy", false, "enable kube-apiserver's own Mixed Version Proxy, for comparison")
 	f.StringVar(&o.Skewgate, "skewgate", "", "skewgate binary to run on every node, steering the node's IP:6443 (make lab-up SKEWGATE=on)")
 	f.BoolVar(&o.Spec.Kubelet, "kubelet", false, "run containerd and a kubelet on every node, and a controller-manager and scheduler (make lab-up KUBELET=on)")
-	f.StringVar(&image, "image", "", "with --kubelet: an image archive (make image) to import into every node's containerd")
+	f.BoolVar(&o.Spec.Kubeadm, "kubeadm", false, "build the plane with kubeadm: init on the first node, join --control-plane on the others, static pods of lab-built images, a VIP "+lab.KubeadmEndpoint()+" (make lab-up KUBEADM=on)")
+	f.StringVar(&image, "image", "", "with --kubelet or --kubeadm: an image archive (make image) to import into every node's containerd")
 	f.DurationVar(&o.ReadyTimeout, "ready-timeout", 90*time.Second, "how long each process may take to become ready")
 	return cmd
 }

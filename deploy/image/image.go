@@ -29,7 +29,18 @@ type Spec struct {
 	Revision   string    // org.opencontainers.image.revision (a commit)
 	Created    time.Time // every timestamp in the image: the commit's date
 	Arch       string    // GOARCH of the binary (default: this machine's)
+	// Env is the config's environment (e.g. a PATH, for manifests that run
+	// the binary by name, as kubeadm's static pods do).
+	Env []string
+	// Files are more files for the layer: what a binary linked against
+	// the host's libc needs (its loader and libraries), by absolute path
+	// in the image.
+	Files []File
 }
+
+// File is one more file in an image's layer: Source on this machine at
+// Path in the image (absolute), mode 0755.
+type File struct{ Path, Source string }
 
 // Label keys from the OCI image spec's pre-defined annotations.
 const (
@@ -44,11 +55,8 @@ func Build(s Spec) (v1.Image, error) {
 	if !path.IsAbs(s.Entrypoint) || s.Created.IsZero() || s.Version == "" {
 		return nil, fmt.Errorf("image spec: want an absolute entrypoint, a version and a creation time, got %+v", s)
 	}
-	data, err := os.ReadFile(s.Binary)
-	if err != nil {
-		return nil, fmt.Errorf("read binary: %w", err)
-	}
-	layer, err := binaryLayer(s.Entrypoint, data, s.Created)
+	files := append([]File{{Path: s.Entrypoint, Source: s.Binary}}, s.Files...)
+	layer, err := filesLayer(files, s.Created)
 	if err != nil {
 		return nil, err
 	}
@@ -75,6 +83,7 @@ func configure(img v1.Image, s Spec) (v1.Image, error) {
 	}
 	cf.Created = v1.Time{Time: s.Created}
 	cf.Config.Entrypoint = []string{s.Entrypoint}
+	cf.Config.Env = s.Env
 	cf.Config.Labels = map[string]string{
 		LabelVersion:  s.Version,
 		LabelRevision: s.Revision,
@@ -87,19 +96,29 @@ func configure(img v1.Image, s Spec) (v1.Image, error) {
 	return img, nil
 }
 
-// binaryLayer is a gzip-compressed OCI layer with the single file name.
-func binaryLayer(name string, data []byte, mtime time.Time) (v1.Layer, error) {
+// filesLayer is a gzip-compressed OCI layer with files, in order (no
+// directory entries: an unpacker creates parents).
+func filesLayer(files []File, mtime time.Time) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	hdr := &tar.Header{
-		Name: name[1:], Mode: 0o755, Size: int64(len(data)),
-		ModTime: mtime.Truncate(time.Second), Typeflag: tar.TypeReg,
-	}
-	if err := tw.WriteHeader(hdr); err != nil {
-		return nil, err
-	}
-	if _, err := tw.Write(data); err != nil {
-		return nil, err
+	for _, f := range files {
+		if !path.IsAbs(f.Path) {
+			return nil, fmt.Errorf("image file %q: want an absolute path", f.Path)
+		}
+		data, err := os.ReadFile(f.Source)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", f.Source, err)
+		}
+		hdr := &tar.Header{
+			Name: f.Path[1:], Mode: 0o755, Size: int64(len(data)),
+			ModTime: mtime.Truncate(time.Second), Typeflag: tar.TypeReg,
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return nil, err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return nil, err

@@ -1,0 +1,332 @@
+package kubeadm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/skewgate/skewgate/agent"
+	"github.com/skewgate/skewgate/lab"
+)
+
+// workloadsPath is served only by v1.36 (scheduling.k8s.io/v1alpha2).
+const workloadsPath = "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads"
+
+// TestKubeadm is the check, in order: the cluster kubeadm built, the
+// DaemonSet on it, the upgrade of node-a with the DaemonSet running, the
+// v1.36-only resource through node-b (200 through skewgate, the false 404
+// with steering off).
+func TestKubeadm(t *testing.T) {
+	a, b := plane.Spec.Nodes[0], plane.Spec.Nodes[1]
+	c := admin(t)
+	t.Run("cluster", func(t *testing.T) { cluster(t, c) })
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Run("daemonset", func(t *testing.T) {
+		t0 := time.Now()
+		out, err := plane.ApplyKustomize(context.Background(), "../../../deploy/kubernetes", "skewgate", imageTag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("kubectl apply -k:\n%s", out)
+		waitPods(t, c, "app.kubernetes.io/name=skewgate", len(plane.Spec.Nodes), 3*time.Minute)
+		waitSteering(t, true, time.Minute)
+		t.Logf("DaemonSet on kubeadm's PKI: pods Ready and steering on every node in %s", time.Since(t0).Round(100*time.Millisecond))
+		want(t, b, http.StatusNotFound, "local", "before the upgrade (nobody serves it: the genuine 404)")
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Run("upgrade", func(t *testing.T) {
+		t0 := time.Now()
+		if err := plane.KubeadmUpgrade(context.Background(), a.Name, lab.NewVersion, true); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("kubeadm upgrade apply %s on %s in %s; its log (klog lines left out):\n%s", lab.NewVersion, a.Name,
+			time.Since(t0).Round(100*time.Millisecond), kubeadmOutput(t, a, "upgrade apply"))
+		for n, v := range map[lab.Node]string{a: lab.NewVersion, b: lab.OldVersion} {
+			if got := serverVersion(t, n); got != v {
+				t.Errorf("%s serves %s, want %s", n.Name, got, v)
+			}
+		}
+		pod, err := c.CoreV1().Pods("kube-system").Get(context.Background(), "kube-apiserver-"+a.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if img := pod.Spec.Containers[0].Image; img != "registry.k8s.io/kube-apiserver:"+lab.NewVersion {
+			t.Errorf("%s's static pod runs %s", a.Name, img)
+		}
+		waitPods(t, c, "app.kubernetes.io/name=skewgate", len(plane.Spec.Nodes), time.Minute)
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Run("skew", func(t *testing.T) {
+		pins := "--pin-path=" + lab.KubeletPinPath(b)
+		wantEventually(t, b, http.StatusOK, "peer", "through old node-b's address", time.Minute)
+		want(t, a, http.StatusOK, "local", "through node-a's address")
+		t.Logf("steer off: %s", host(t, "steer", "off", pins))
+		want(t, b, http.StatusNotFound, "", "steering off on node-b (the false 404)")
+		t.Logf("steer on: %s", host(t, "steer", "on", pins))
+		want(t, b, http.StatusOK, "peer", "steering on again")
+	})
+}
+
+// cluster: both nodes Ready as kubeadm registered them, each running
+// kubeadm's four static pods of its version, two etcd members.
+func cluster(t *testing.T, c kubernetes.Interface) {
+	ctx := context.Background()
+	for _, n := range plane.Spec.Nodes {
+		node, err := c.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := node.Labels[lab.ControlPlaneLabel]; !ok {
+			t.Errorf("%s: no %s label (kubeadm's mark-control-plane): %v", n.Name, lab.ControlPlaneLabel, node.Labels)
+		}
+		if got := node.Status.NodeInfo.KubeletVersion; got != n.Version {
+			t.Errorf("%s: kubelet %s, want %s", n.Name, got, n.Version)
+		}
+		for _, comp := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+			pod, err := c.CoreV1().Pods("kube-system").Get(ctx, comp+"-"+n.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Errorf("static pod %s-%s: %v", comp, n.Name, err)
+				continue
+			}
+			if pod.Status.Phase != corev1.PodRunning {
+				t.Errorf("%s: %s", pod.Name, pod.Status.Phase)
+			}
+		}
+		if got := serverVersion(t, n); got != n.Version {
+			t.Errorf("%s serves %s, want %s", n.Name, got, n.Version)
+		}
+	}
+	cm, err := c.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubeadm-config", metav1.GetOptions{})
+	if err != nil || !strings.Contains(cm.Data["ClusterConfiguration"], "controlPlaneEndpoint: "+lab.KubeadmEndpoint()) {
+		t.Errorf("kubeadm-config: %v %s", err, cm.Data["ClusterConfiguration"])
+	}
+	t.Logf("etcd members:\n%s", etcdMembers(t))
+}
+
+// etcdMembers lists stacked etcd's members with etcd's own client, as
+// an operator would (`etcdctl member list`), through the etcd pod's
+// endpoint on node-a with kubeadm's healthcheck client certificate.
+func etcdMembers(t *testing.T) string {
+	t.Helper()
+	pki := plane.KubeadmDir(plane.Spec.Nodes[0]) + "/pki/etcd/"
+	c, err := (&lab.PKI{CAFile: pki + "ca.crt"}).HTTPClient(lab.KeyPair{CertFile: pki + "healthcheck-client.crt", KeyFile: pki + "healthcheck-client.key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Post(fmt.Sprintf("https://%s:2379/v3/cluster/member/list", plane.Spec.Nodes[0].IP), "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Members []struct {
+			Name       string   `json:"name"`
+			ClientURLs []string `json:"clientURLs"`
+		} `json:"members"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Members) != len(plane.Spec.Nodes) {
+		t.Errorf("etcd has %d members, want %d: %+v", len(list.Members), len(plane.Spec.Nodes), list.Members)
+	}
+	var b strings.Builder
+	for _, m := range list.Members {
+		fmt.Fprintf(&b, "  %s %v\n", m.Name, m.ClientURLs)
+	}
+	return b.String()
+}
+
+func admin(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	c, err := plane.AdminClient(plane.Spec.Nodes[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func serverVersion(t *testing.T, n lab.Node) string {
+	t.Helper()
+	resp, err := freshClient(t).Get(n.URL() + "/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v struct{ GitVersion string }
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v.GitVersion
+}
+
+// waitPods waits until exactly n pods match selector in kube-system, each
+// Ready and not terminating.
+func waitPods(t *testing.T, c kubernetes.Interface, selector string, n int, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var detail string
+	for {
+		pods, err := c.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err == nil {
+			ready := 0
+			var b strings.Builder
+			for _, p := range pods.Items {
+				for _, cond := range p.Status.Conditions {
+					if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+						ready++
+					}
+				}
+				fmt.Fprintf(&b, "%s on %s: %s %+v\n", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses)
+			}
+			if ready == n && len(pods.Items) == n {
+				return
+			}
+			detail = b.String()
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pods %s not Ready in %s:\n%s", selector, timeout, detail)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// waitSteering waits until every node's pins (as the host sees them) say
+// steering is want.
+func waitSteering(t *testing.T, want bool, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for _, n := range plane.Spec.Nodes {
+		for {
+			st, err := steering(n)
+			if err == nil && st.Steering() == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: steering %t not reached in %s: %v %v", n.Name, want, timeout, st, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+func steering(n lab.Node) (agent.State, error) {
+	ctl, err := agent.OpenControl(lab.KubeletPinPath(n))
+	if err != nil {
+		return agent.State{}, err
+	}
+	defer ctl.Close()
+	return ctl.State()
+}
+
+// host runs the host's skewgate and returns its output.
+func host(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(skewgateBin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("skewgate %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// freshClient is the lab admin (kubeadm's admin.conf credentials) on a
+// new connection per request: steering decides per new connection.
+func freshClient(t *testing.T) *http.Client {
+	t.Helper()
+	c, err := plane.AdminHTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := c.Transport.(*http.Transport)
+	tr.DisableKeepAlives = true
+	tr.TLSClientConfig = tr.TLSClientConfig.Clone()
+	tr.TLSClientConfig.ClientSessionCache = nil
+	tr.TLSClientConfig.SessionTicketsDisabled = true
+	return c
+}
+
+// get returns the status of GET url and skewgate's route (empty when
+// skewgate did not answer).
+func get(c *http.Client, url string) (int, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get("X-Skewgate-Route"), nil
+}
+
+func want(t *testing.T, n lab.Node, code int, route, how string) {
+	t.Helper()
+	got, gotRoute, err := get(freshClient(t), n.URL()+workloadsPath)
+	if err != nil || got != code || gotRoute != route {
+		t.Errorf("%s: GET %s on %s: %d (route %q) %v, want %d (route %q)", how, workloadsPath, n.Name, got, gotRoute, err, code, route)
+	}
+}
+
+// wantEventually: skewgate learns the upgraded server's discovery within
+// its refresh; until then it may answer 503, never a 404 once it has.
+func wantEventually(t *testing.T, n lab.Node, code int, route, how string, timeout time.Duration) {
+	t.Helper()
+	t0 := time.Now()
+	var last string
+	for time.Since(t0) < timeout {
+		got, gotRoute, err := get(freshClient(t), n.URL()+workloadsPath)
+		if err == nil && got == code && gotRoute == route {
+			t.Logf("%s: %d (route %s) %s after the upgrade finished", how, got, gotRoute, time.Since(t0).Round(time.Millisecond))
+			return
+		}
+		last = fmt.Sprintf("%d (route %q) %v", got, gotRoute, err)
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Errorf("%s: GET %s on %s: %s for %s, want %d (route %q)", how, workloadsPath, n.Name, last, timeout, code, route)
+}
+
+// kubeadmOutput is what kubeadm printed for its last run of sub on node n
+// (its own lines, not klog's).
+func kubeadmOutput(t *testing.T, n lab.Node, sub string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(plane.Dir, "logs", "kubeadm-"+n.Name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	if i := strings.LastIndex(s, "+ kubeadm "+sub); i >= 0 {
+		s = s[i:]
+	}
+	var b strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		if len(line) > 5 && (line[0] == 'I' || line[0] == 'W' || line[0] == 'E') && line[1] >= '0' && line[1] <= '9' {
+			continue
+		}
+		fmt.Fprintln(&b, "  "+line)
+	}
+	return b.String()
+}

@@ -1,0 +1,209 @@
+package lab
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+func kubeadmTestVars(t *testing.T) kubeadmNodeVars {
+	t.Helper()
+	s, err := newKubeadmSecrets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := ParseNodes("node-a=" + OldVersion + ",node-b=" + OldVersion)
+	p := &Plane{Spec: spec}
+	return p.kubeadmVars(nodeFiles{node: spec.Nodes[1], dir: t.TempDir()}, s)
+}
+
+func renderDocs(t *testing.T, path string) map[string]map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]any{}
+	for _, d := range strings.Split(string(data), "\n---\n") {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(d), &m); err != nil {
+			t.Fatalf("%s: %v\n%s", path, err, d)
+		}
+		out[m["kind"].(string)] = m
+	}
+	return out
+}
+
+func TestKubeadmInitConfig(t *testing.T) {
+	v := kubeadmTestVars(t)
+	path := filepath.Join(t.TempDir(), "init.yaml")
+	if err := renderFile(path, kubeadmInitConfig, v); err != nil {
+		t.Fatal(err)
+	}
+	d := renderDocs(t, path)
+	init, cluster, kubelet := d["InitConfiguration"], d["ClusterConfiguration"], d["KubeletConfiguration"]
+	if init == nil || cluster == nil || kubelet == nil {
+		t.Fatalf("want init, cluster and kubelet configurations, got %v", d)
+	}
+	if got := cluster["controlPlaneEndpoint"]; got != "198.18.0.253:6443" {
+		t.Errorf("controlPlaneEndpoint %v", got)
+	}
+	if got := init["certificateKey"].(string); len(got) != 64 {
+		t.Errorf("certificateKey %q: want 32 bytes hex", got)
+	}
+	reg := init["nodeRegistration"].(map[string]any)
+	if reg["imagePullPolicy"] != "Never" || reg["criSocket"] != v.CRISocket || reg["name"] != "node-b" {
+		t.Errorf("nodeRegistration %v", reg)
+	}
+	args := reg["kubeletExtraArgs"].([]any)
+	if !slices.ContainsFunc(args, func(a any) bool {
+		m := a.(map[string]any)
+		return m["name"] == "cgroup-root" && m["value"] == "/skewlab-node-b"
+	}) {
+		t.Errorf("kubeletExtraArgs %v: want node-b's own cgroup root", args)
+	}
+	etcd := cluster["etcd"].(map[string]any)["local"].(map[string]any)
+	if etcd["imageTag"] != "3.6.8-0" {
+		t.Errorf("etcd %v", etcd)
+	}
+	if kubelet["cgroupDriver"] != "cgroupfs" || kubelet["failCgroupV1"] != false {
+		t.Errorf("KubeletConfiguration %v", kubelet)
+	}
+	skip := init["skipPhases"].([]any)
+	if len(skip) != 2 {
+		t.Errorf("skipPhases %v", skip)
+	}
+}
+
+func TestKubeadmJoinConfig(t *testing.T) {
+	v := kubeadmTestVars(t)
+	v.CAHash = "sha256:00"
+	path := filepath.Join(t.TempDir(), "join.yaml")
+	if err := renderFile(path, kubeadmJoinConfig, v); err != nil {
+		t.Fatal(err)
+	}
+	j := renderDocs(t, path)["JoinConfiguration"]
+	bt := j["discovery"].(map[string]any)["bootstrapToken"].(map[string]any)
+	if bt["apiServerEndpoint"] != "198.18.0.253:6443" || bt["token"] != v.Secrets.Token {
+		t.Errorf("discovery %v", bt)
+	}
+	cp := j["controlPlane"].(map[string]any)
+	if cp["certificateKey"] != v.Secrets.CertificateKey || cp["localAPIEndpoint"].(map[string]any)["advertiseAddress"] != "198.18.0.2" {
+		t.Errorf("controlPlane %v", cp)
+	}
+}
+
+func TestKubeadmSecrets(t *testing.T) {
+	s, err := newKubeadmSecrets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, secret, ok := strings.Cut(s.Token, ".")
+	if !ok || len(id) != 6 || len(secret) != 16 || strings.Trim(s.Token, "abcdefghijklmnopqrstuvwxyz0123456789.") != "" {
+		t.Errorf("token %q: want [a-z0-9]{6}.[a-z0-9]{16}", s.Token)
+	}
+}
+
+func TestKubeadmKubeletArgs(t *testing.T) {
+	env := `KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///lab/containerd.sock --node-ip=198.18.0.1 --cgroup-root=/skewlab-node-a"` + "\n"
+	got, err := kubeadmKubeletArgs(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf", "--kubeconfig=/etc/kubernetes/kubelet.conf",
+		"--config=/var/lib/kubelet/config.yaml", "--container-runtime-endpoint=unix:///lab/containerd.sock",
+		"--node-ip=198.18.0.1", "--cgroup-root=/skewlab-node-a",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+	if _, err := kubeadmKubeletArgs("# nothing\n"); err == nil {
+		t.Error("no KUBELET_KUBEADM_ARGS: want an error")
+	}
+}
+
+func TestAddExtraArgs(t *testing.T) {
+	in := "apiServer:\n  extraArgs:\n  - name: feature-gates\n    value: UnknownVersionInteroperabilityProxy=false\nkubernetesVersion: v1.35.4\n"
+	out, err := addExtraArgs(in, newAPIsArgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := addExtraArgs(out, newAPIsArgs)
+	if err != nil || again != out {
+		t.Errorf("not idempotent:\n%s\n%s", out, again)
+	}
+	var cfg struct {
+		APIServer struct {
+			ExtraArgs []struct{ Name, Value string } `json:"extraArgs"`
+		} `json:"apiServer"`
+		KubernetesVersion string `json:"kubernetesVersion"`
+	}
+	if err := yaml.Unmarshal([]byte(out), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, a := range cfg.APIServer.ExtraArgs {
+		got[a.Name] = a.Value
+	}
+	if got["feature-gates"] != "UnknownVersionInteroperabilityProxy=false,GenericWorkload=true" ||
+		got["runtime-config"] != "scheduling.k8s.io/v1alpha2=true" || cfg.KubernetesVersion != "v1.35.4" || len(got) != 2 {
+		t.Errorf("extraArgs %v, version %s", got, cfg.KubernetesVersion)
+	}
+}
+
+func TestParseLdd(t *testing.T) {
+	out := "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f)\n\t/lib64/ld-linux-x86-64.so.2 (0x00007f)\n"
+	got := parseLdd(out)
+	if len(got) != 2 || got[0].Path != "/lib/x86_64-linux-gnu/libc.so.6" || got[1].Path != "/lib64/ld-linux-x86-64.so.2" {
+		t.Errorf("parseLdd: %+v", got)
+	}
+}
+
+func TestCACertHash(t *testing.T) {
+	ca, err := NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ca.crt")
+	if err := WriteCert(path, ca.Cert); err != nil {
+		t.Fatal(err)
+	}
+	h, err := caCertHash(path)
+	if err != nil || !strings.HasPrefix(h, "sha256:") || len(h) != len("sha256:")+64 {
+		t.Errorf("caCertHash %q %v", h, err)
+	}
+}
+
+func TestBridgeConflist(t *testing.T) {
+	v := kubeadmTestVars(t)
+	f := nodeFiles{node: v.Node, dir: t.TempDir()}
+	if err := f.writeContainerdConfig("registry.k8s.io/pause:3.10.2"); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(f.path("cni/10-bridge.conflist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Plugins []struct {
+			Type, Bridge string
+			IPAM         struct {
+				DataDir string `json:"dataDir"`
+				Ranges  [][]struct{ Subnet, Gateway string }
+			}
+		}
+	}
+	if err := yaml.Unmarshal(data, &c); err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	p := c.Plugins[0]
+	if p.Type != "bridge" || p.Bridge != "cni0" || p.IPAM.DataDir != f.path("cni-ipam") ||
+		p.IPAM.Ranges[0][0].Subnet != "10.244.2.0/24" || p.IPAM.Ranges[0][0].Gateway != "10.244.2.1" {
+		t.Errorf("conflist for node-b (cni0 10.244.2.1/24): %+v", c)
+	}
+}
