@@ -3,10 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"net/netip"
-	"os"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"

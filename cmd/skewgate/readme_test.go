@@ -16,6 +16,7 @@ import (
 var notSkewgate = []string{
 	"--tls-server-name", "--server", "--in-tree-proxy", "--cacert", "--cert", "--key",
 	"--nodes", "--dir", "--tag", "--image", "--kubelet", "--skewgate", "--from-literal",
+	"--control-plane", "--upload-certs", "--kubeadm", // kubeadm's, and the lab's kubeadm mode
 }
 
 // flagsOf are the flags of cmd and every subcommand, by name.
