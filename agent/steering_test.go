@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/link"
-	"github.com/vishvananda/netlink"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
 
 	"github.com/skewgate/skewgate/lab/testenv"
 )
