@@ -8,6 +8,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -33,12 +34,18 @@ type Handler struct {
 	metrics    *Metrics
 	openapi    openAPICache
 	tokens     credentialCache
+	// stopping ends the long-running requests (watches) when skewgate
+	// shuts down (EndLongRunning).
+	stopping       context.Context
+	EndLongRunning context.CancelFunc
 }
 
 // NewHandler returns the proxy handler. clientCA verifies users' client
 // certificates; rh recognises peers.
 func NewHandler(members *membership.Members, clientCA dynamiccertificates.CAContentProvider, rh RequestHeader, m *Metrics) *Handler {
-	return &Handler{members: members, classifier: route.NewClassifier(), auth: newCallerAuth(clientCA, rh), metrics: m}
+	h := &Handler{members: members, classifier: route.NewClassifier(), auth: newCallerAuth(clientCA, rh), metrics: m}
+	h.stopping, h.EndLongRunning = context.WithCancel(context.Background())
+	return h
 }
 
 // exchange is one request on its way through the handler.
@@ -102,6 +109,15 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 		key = clientKey(r, caller)
 	}
 	x.decision = route.Decide(req, h.members.Table(), x.marked, key)
+	if req.LongRunning() {
+		// A watch ends, as a timed-out watch ends, when skewgate shuts
+		// down: its client watches again (through the apiserver once
+		// steering is withdrawn) instead of holding the shutdown.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		defer context.AfterFunc(h.stopping, cancel)()
+		r = r.WithContext(ctx)
+	}
 	h.dispatch(w, r, x)
 }
 

@@ -65,6 +65,12 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 			}
 			return
 		}
+		if r.URL.Query().Get("watch") == "true" { // a watch: an event, then nothing until the caller leaves
+			w.Write([]byte(`{"type":"ADDED"}` + "\n"))
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
 		io.Copy(io.Discard, r.Body)
 		rig.mu.Lock()
 		rig.got = append(rig.got, seen{r.URL.RequestURI(), r.Header.Clone(), r.Trailer.Clone()})
@@ -461,5 +467,33 @@ func TestOwnAnswersOnlyForAuthenticatedCallers(t *testing.T) {
 	}
 	if code, _, _ := rig.sendRaw(t, fmt.Sprintf(raw, "")); code != http.StatusServiceUnavailable {
 		t.Errorf("a verified user: %d, want skewgate's 503", code)
+	}
+}
+
+// A watch through skewgate ends, cleanly, when skewgate shuts down: it
+// does not hold the shutdown (and the pod's BPF objects) until the
+// shutdown's timeout.
+func TestWatchesEndAtShutdown(t *testing.T) {
+	rig := newIdentityRig(t)
+	conn, err := tls.Dial("tcp", rig.addr, &tls.Config{Certificates: []tls.Certificate{rig.client}, RootCAs: rig.roots,
+		ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET /api/v1/namespaces/default/configmaps?watch=true HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || !strings.Contains(first, "ADDED") {
+		t.Fatalf("watch: %q %v", first, err)
+	}
+	rig.handler.EndLongRunning()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Errorf("the watch did not end cleanly: %v", err)
 	}
 }

@@ -173,7 +173,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener, withdraw func()) err
 	if err != nil {
 		return err
 	}
-	t.Serving, t.ClientCAs, t.Withdraw = p.certs.Serving, p.certs.AllClientCAs, withdraw
+	t.Serving, t.ClientCAs, t.Withdraw, t.EndLongRunning = p.certs.Serving, p.certs.AllClientCAs, withdraw, p.handler.EndLongRunning
 	err = Serve(ctx, ln, p.handler, t)
 	if p.cfg.StateFile != "" {
 		if serr := p.Members.SaveState(p.cfg.StateFile); serr != nil {

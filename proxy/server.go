@@ -32,6 +32,9 @@ type TLS struct {
 	// listener closes: new connections stop coming, and those already
 	// queued are accepted and served (a closing listener resets them).
 	Withdraw func()
+	// EndLongRunning, if set, runs as the server shuts down: watches end
+	// instead of holding the shutdown until its timeout.
+	EndLongRunning func()
 }
 
 // drainQueue is how long the listener keeps accepting after steering was
@@ -85,6 +88,9 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, t TLS) error {
 	if t.Withdraw != nil {
 		t.Withdraw()
 		time.Sleep(drainQueue) // the accept loop takes what was queued
+	}
+	if t.EndLongRunning != nil {
+		srv.RegisterOnShutdown(t.EndLongRunning)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
