@@ -29,9 +29,16 @@ const (
 	CauseLocalAway  = "local server away"
 	CauseRestarting = "capable server away or unknown"
 	CauseRollback   = "rollback grace"
-	CauseLimit      = "peer limit or breaker"
-	CauseOther      = "other"
+	CauseLimit       = "peer limit or breaker"
+	CauseUnreachable = "server unreachable"
+	CauseOther       = "other"
 )
+
+// ruleFive reports whether a 503's cause is one the routing contract
+// answers 503 for on purpose (rule 5: every server of the type is away, not
+// yet known, or within the rollback grace): no live server could have
+// answered it.
+func ruleFive(cause string) bool { return cause == CauseRestarting || cause == CauseRollback }
 
 // event is one answered request.
 type event struct {
@@ -158,6 +165,8 @@ func cause503(body []byte) string {
 		return CauseRestarting
 	case strings.Contains(b, "circuit open"), strings.Contains(b, "too many requests"):
 		return CauseLimit
+	case strings.Contains(b, "unreachable"), strings.Contains(b, "forward: "):
+		return CauseUnreachable
 	}
 	return CauseOther
 }
