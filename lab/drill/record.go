@@ -34,12 +34,6 @@ const (
 	CauseOther       = "other"
 )
 
-// ruleFive reports whether a 503's cause is one the routing contract
-// answers 503 for on purpose (rule 5: every server of the type is away, not
-// yet known, or within the rollback grace): no live server could have
-// answered it.
-func ruleFive(cause string) bool { return cause == CauseRestarting || cause == CauseRollback }
-
 // event is one answered request.
 type event struct {
 	at      time.Time
@@ -58,6 +52,9 @@ type event struct {
 	// detail is why it failed: the transport error, or the status and
 	// the start of the body.
 	detail string
+	// live: a live server served the requested type when it was
+	// answered (a 503 then failed a request that could have been served).
+	live bool
 }
 
 // recorder classifies and keeps every answer of one mode's run.
@@ -136,6 +133,7 @@ func (r *recorder) classify(e *event, body []byte) string {
 	switch {
 	case e.code == http.StatusServiceUnavailable:
 		e.cause = cause503(body)
+		e.live, _ = r.served(e.gvr)
 		return Unavailable
 	case e.code == http.StatusNotFound && forward.TypeNotFound(&http.Response{StatusCode: e.code, Body: io.NopCloser(bytes.NewReader(body))}):
 		if e.gvr.Group != "" || e.gvr.Version != "" {

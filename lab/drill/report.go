@@ -19,8 +19,8 @@ type Tally struct {
 	// Causes counts the 503s by cause (Cause*).
 	Causes map[string]int
 	// Pinned counts the pinned clients' requests, and those that failed:
-	// anything but OK, except a rule-5 503 (no live server served the
-	// type: nothing could have answered it).
+	// anything but OK, except a 503 for a type no live server served at
+	// that moment (nothing could have answered it).
 	Pinned, PinnedFailed int
 	// UnavailableFor spans the first to the last 503 of the phase.
 	UnavailableFor time.Duration
@@ -40,7 +40,7 @@ func tally(events []event, gaps int) Tally {
 		t.Requests++
 		if e.pinned != "" {
 			t.Pinned++
-			if e.outcome != OK && (e.outcome != Unavailable || !ruleFive(e.cause)) {
+			if e.outcome != OK && (e.outcome != Unavailable || e.live) {
 				t.PinnedFailed++
 			}
 		}
@@ -123,7 +123,7 @@ func WriteReport(w io.Writer, results []*Result, o Options, command string, imag
 		"A **discovery gap** is a discovery answer (a client's refresh, or the namespace deletion's) that lacks a group/version a live server, or one within the grace, serves: "+
 		"the client then acts as on a false 404. **503s by cause**: the local server away, a capable server away or not yet known, the rollback grace, "+
 		"a peer's in-flight limit or breaker, a server unreachable, other (the in-tree proxy's and the apiservers' own). **Other errors** are failed requests: transport errors, resets, 5xx but 503. "+
-		"A **pinned client's failed request** is anything but a success or a genuine 4xx, except a 503 of rule 5 (every server of the type away, not yet known, or in the rollback grace: nothing could have answered it). "+
+		"A **pinned client's failed request** is anything but a success or a genuine 4xx, except a 503 for a type no live server served at that moment (every server of it away or rolled back: nothing could have answered it). "+
 		"Modes: `%s` steers always (an operator armed the cluster before the upgrade), `%s` is the default, not armed.\n\n",
 		grace, ModeSkewgate, ModeSkewgateAuto)
 	fmt.Fprintf(w, "## Totals\n\n| mode | duration | requests | false 404s | 404s in the grace | discovery gaps | 503s (by cause) | 503s lasted | other errors | pinned clients failed | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")

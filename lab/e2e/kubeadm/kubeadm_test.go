@@ -43,8 +43,15 @@ func TestKubeadm(t *testing.T) {
 		}
 		t.Logf("kubectl apply -k:\n%s", out)
 		waitPods(t, c, "app.kubernetes.io/name=skewgate", len(plane.Spec.Nodes), 3*time.Minute)
-		waitSteering(t, true, time.Minute)
-		t.Logf("DaemonSet on kubeadm's PKI: pods Ready and steering on every node in %s", time.Since(t0).Round(100*time.Millisecond))
+		t.Logf("DaemonSet on kubeadm's PKI: pods Ready in %s", time.Since(t0).Round(100*time.Millisecond))
+		// Mode auto, the DaemonSet's default, on one version: nothing to
+		// fix, nothing in the path.
+		want(t, b, http.StatusNotFound, "", "one version, mode auto: the apiserver's own answer")
+		// The runbook's first step before kubeadm upgrade: arm the cluster.
+		armed := time.Now()
+		setSteering(t, c, "always")
+		waitSteering(t, true, 30*time.Second)
+		t.Logf("kube-system/skewgate steering=always: steering on every node after %s", time.Since(armed).Round(time.Millisecond))
 		want(t, b, http.StatusNotFound, "local", "before the upgrade (nobody serves it: the genuine 404)")
 	})
 	if t.Failed() {
@@ -82,7 +89,29 @@ func TestKubeadm(t *testing.T) {
 		want(t, b, http.StatusNotFound, "", "steering off on node-b (the false 404)")
 		t.Logf("steer on: %s", host(t, "steer", "on", pins))
 		want(t, b, http.StatusOK, "peer", "steering on again")
+		// Disarmed mid-upgrade, mode auto keeps steering: the versions
+		// differ, the skew window is open.
+		setSteering(t, c, "")
+		time.Sleep(2 * time.Second)
+		want(t, b, http.StatusOK, "peer", "disarmed while the versions differ (mode auto, in the window)")
 	})
+}
+
+// setSteering sets the cluster's steering switch, kube-system/skewgate
+// (mode "" deletes it).
+func setSteering(t *testing.T, c kubernetes.Interface, mode string) {
+	t.Helper()
+	ctx, cms := context.Background(), c.CoreV1().ConfigMaps("kube-system")
+	if mode == "" {
+		if err := cms.Delete(ctx, "skewgate", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "skewgate"}, Data: map[string]string{"steering": mode}}
+	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // cluster: both nodes Ready as kubeadm registered them, each running
