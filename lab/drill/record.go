@@ -26,9 +26,9 @@ const (
 
 // Causes of a 503, from its message.
 const (
-	CauseLocalAway  = "local server away"
-	CauseRestarting = "capable server away or unknown"
-	CauseRollback   = "rollback grace"
+	CauseLocalAway   = "local server away"
+	CauseRestarting  = "capable server away or unknown"
+	CauseRollback    = "rollback grace"
 	CauseLimit       = "peer limit or breaker"
 	CauseUnreachable = "server unreachable"
 	CauseOther       = "other"
