@@ -70,8 +70,27 @@ func TestShortDrill(t *testing.T) {
 	}
 	t.Logf("pinned clients: %d of %d failed without skewgate, %d of %d with skewgate (rule 3a); 404s in the grace %d and %d",
 		none.PinnedFailed, none.Pinned, sg.PinnedFailed, sg.Pinned, none.Grace404, sg.Grace404)
-	if sg.PinnedFailed != 0 || sg.Grace404 != 0 {
-		t.Errorf("with skewgate: %d pinned clients' requests failed through node-a's restarts, %d 404s in the grace", sg.PinnedFailed, sg.Grace404)
+	if sg.Grace404 != 0 {
+		t.Errorf("with skewgate: %d 404s in the grace", sg.Grace404)
+	}
+	// Through node-a's two restarts (the upgrade and the rollback) a
+	// pinned client's request may fail only as a write in flight when a
+	// server closed its connection does: a 503 "unreachable", never sent
+	// twice — at most a couple per restart. lab/e2e's TestXLocalRestart
+	// holds the graceful restart itself to 0 failures.
+	var inFlight, other []string
+	for _, e := range results[1].events {
+		failed := e.pinned != "" && e.outcome != OK && (e.outcome != Unavailable || e.live)
+		switch {
+		case !failed:
+		case e.outcome == Unavailable && e.cause == CauseUnreachable:
+			inFlight = append(inFlight, e.kind+" "+gvrString(e.gvr))
+		default:
+			other = append(other, e.kind+" "+gvrString(e.gvr)+": "+e.outcome+" "+e.detail)
+		}
+	}
+	if len(other) > 0 || len(inFlight) > 4 {
+		t.Errorf("with skewgate, pinned clients' failures: %d in flight at a restart %v, %d otherwise %v", len(inFlight), inFlight, len(other), other)
 	}
 	for _, p := range results[1].Monitor.Panels {
 		if p.Series == 0 {
