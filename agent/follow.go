@@ -11,11 +11,14 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
+// maxTargets bounds the steered addresses (steer_targets holds 64).
+const maxTargets = 64
+
 // followAddresses keeps every global address of the node IP's interface
 // steered as addresses come and go: keepalived and kube-vip add the
 // control plane's VIP as a secondary address on the node that holds it and
 // remove it when another takes over, so the VIP is steered within moments
-// of arriving and released when it leaves. It follows netlink's address
+// of arriving (and stays a target when it leaves: see updateTargets). It follows netlink's address
 // notifications, and re-reads once a second as well in case one was lost.
 func (n *Node) followAddresses(ctx context.Context, st *Steering) {
 	updates, done := make(chan netlink.AddrUpdate, 16), make(chan struct{})
@@ -31,14 +34,7 @@ func (n *Node) followAddresses(ctx context.Context, st *Steering) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		if want, ok := n.followed(); ok && !slices.Equal(want, last) {
-			if err := st.SetTargets(want); err != nil {
-				n.cfg.Log.Error("steering: targets not updated", "err", err)
-			} else {
-				n.cfg.Log.Info("steering: addresses changed", "interface", n.target.Follow, "targets", want)
-				last = want
-			}
-		}
+		last = n.updateTargets(st, last)
 		select {
 		case <-ctx.Done():
 			return
@@ -46,6 +42,33 @@ func (n *Node) followAddresses(ctx context.Context, st *Steering) {
 		case <-tick.C:
 		}
 	}
+}
+
+// updateTargets steers what the followed interface holds now and keeps
+// what it held before: sk_lookup only sees connections to addresses the
+// node holds, so an address that left costs nothing, and when it comes
+// back (a VIP moved back) it is steered from its first connection, not
+// once its notification was handled. It returns what is steered.
+func (n *Node) updateTargets(st *Steering, last []netip.AddrPort) []netip.AddrPort {
+	held, ok := n.followed()
+	if !ok {
+		return last
+	}
+	want := held
+	for _, a := range last {
+		if !slices.Contains(want, a) && len(want) < maxTargets {
+			want = append(want, a)
+		}
+	}
+	if slices.Equal(want, last) {
+		return last
+	}
+	if err := st.SetTargets(want); err != nil {
+		n.cfg.Log.Error("steering: targets not updated", "err", err)
+		return last
+	}
+	n.cfg.Log.Info("steering: addresses changed", "interface", n.target.Follow, "held", held, "targets", want)
+	return want
 }
 
 // followed is the targets the followed interface's addresses make now: the
