@@ -110,19 +110,11 @@ func writeKubeconfig(path string, n Node, pki *PKI) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	// A kubeconfig's relative paths are relative to the kubeconfig's own
-	// directory, not to the lab's (.lab by default): write them absolute.
-	var abs [3]string
-	for i, f := range []string{pki.CAFile, pki.Admin.CertFile, pki.Admin.KeyFile} {
-		a, err := filepath.Abs(f)
-		if err != nil {
-			return err
-		}
-		abs[i] = a
-	}
+	// The paths are absolute: Up and Open make the plane's directory so
+	// (kubectl resolves a kubeconfig's relative paths from its own folder).
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["lab"] = &clientcmdapi.Cluster{Server: n.URL(), CertificateAuthority: abs[0]}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificate: abs[1], ClientKey: abs[2]}
+	cfg.Clusters["lab"] = &clientcmdapi.Cluster{Server: n.URL(), CertificateAuthority: pki.CAFile}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificate: pki.Admin.CertFile, ClientKey: pki.Admin.KeyFile}
 	cfg.Contexts[n.Name] = &clientcmdapi.Context{Cluster: "lab", AuthInfo: "admin"}
 	cfg.CurrentContext = n.Name
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {

@@ -59,8 +59,10 @@ func TestLabIdentity(t *testing.T) {
 // Bug: .lab/env and the kubeconfigs named the lab's files relative to the
 // folder make ran in, and kubectl resolves a kubeconfig's relative paths
 // from the kubeconfig's own folder: the README's
-// `kubectl --kubeconfig $LAB_NODE_A_KUBECONFIG get ns` failed. Run as
-// documented (source the env, then kubectl) from another folder.
+// `kubectl --kubeconfig $LAB_NODE_A_KUBECONFIG get ns` failed. This
+// package's lab was brought up from a relative directory, as make lab-up
+// does (labtest); run as documented (source the env, then kubectl) from
+// another folder.
 func TestLabKubeconfigWorksFromAnyFolder(t *testing.T) {
 	kubectl, err := plane.Kubectl(context.Background())
 	if err != nil {

@@ -33,7 +33,15 @@ func Main(m *testing.M, pkg string, spec lab.Spec, setup func(context.Context, *
 	return Exclusive(m, pkg, func(dir string) int {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 		defer cancel()
-		p, err := lab.Up(ctx, lab.Options{Dir: dir, CacheDir: lab.DefaultCacheDir(), Spec: spec, Progress: os.Stderr})
+		// Relative, as `make lab-up` passes .lab: every path the lab
+		// writes must work from any folder (TestLabKubeconfigWorksFromAnyFolder).
+		upDir := dir
+		if wd, err := os.Getwd(); err == nil {
+			if rel, err := filepath.Rel(wd, dir); err == nil {
+				upDir = rel
+			}
+		}
+		p, err := lab.Up(ctx, lab.Options{Dir: upDir, CacheDir: lab.DefaultCacheDir(), Spec: spec, Progress: os.Stderr})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, pkg+": lab up:", err)
 			return 1
