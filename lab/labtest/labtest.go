@@ -5,9 +5,12 @@ package labtest
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,4 +130,49 @@ func lockLab() (*os.File, error) {
 		return nil, fmt.Errorf("lab lock: %w", err)
 	}
 	return f, nil
+}
+
+// FreshClient is the lab admin on a new TCP and TLS connection for every
+// request (no session resumption): steering decides per new connection.
+func FreshClient(t testing.TB, p *lab.Plane) *http.Client {
+	t.Helper()
+	c, err := p.AdminHTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := c.Transport.(*http.Transport)
+	tr.DisableKeepAlives = true
+	tr.TLSClientConfig = tr.TLSClientConfig.Clone()
+	tr.TLSClientConfig.ClientSessionCache = nil
+	tr.TLSClientConfig.SessionTicketsDisabled = true
+	return c
+}
+
+// Get sends one GET and returns the status and the route skewgate took
+// (X-Skewgate-Route, empty when skewgate did not answer).
+func Get(c *http.Client, url string) (int, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get("X-Skewgate-Route"), nil
+}
+
+// RunSkewgate runs the host's skewgate (steer, uninstall, manifest) and
+// returns its output, failing t when it fails.
+func RunSkewgate(t testing.TB, bin string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("skewgate %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/lab/labtest"
 )
 
 // workloadsPath is served only by v1.36 (scheduling.k8s.io/v1alpha2): on
@@ -72,7 +73,7 @@ func TestDaemonSet(t *testing.T) {
 		if loop.failed != 0 || loop.tried == 0 {
 			t.Errorf("delete: %s", loop)
 		}
-		if code, route, err := get(freshClient(t), a.URL()+workloadsPath); err != nil || code != http.StatusNotFound || route != "" {
+		if code, route, err := labtest.Get(labtest.FreshClient(t, plane), a.URL()+workloadsPath); err != nil || code != http.StatusNotFound || route != "" {
 			t.Errorf("without skewgate node-a answers the workloads list %d (route %q) %v, want its own (false) 404", code, route, err)
 		}
 	})
@@ -84,19 +85,19 @@ func TestDaemonSet(t *testing.T) {
 // through the pod's steering, the false 404 with steering off from the
 // host, and 200 again once it is back on.
 func falseFourOhFour(t *testing.T, a lab.Node) {
-	c := freshClient(t)
+	c := labtest.FreshClient(t, plane)
 	pins := "--pin-path=" + lab.KubeletPinPath(a)
 	want := func(code int, route, how string) {
 		t.Helper()
-		got, gotRoute, err := get(c, a.URL()+workloadsPath)
+		got, gotRoute, err := labtest.Get(c, a.URL()+workloadsPath)
 		if err != nil || got != code || gotRoute != route {
 			t.Errorf("%s: GET %s on %s: %d (route %q) %v, want %d (route %q)", how, workloadsPath, a.Name, got, gotRoute, err, code, route)
 		}
 	}
 	want(http.StatusOK, "peer", "through the pod")
-	t.Logf("steer off: %s", host(t, "steer", "off", pins))
+	t.Logf("steer off: %s", labtest.RunSkewgate(t, skewgateBin, "steer", "off", pins))
 	want(http.StatusNotFound, "", "steering off")
-	t.Logf("steer on: %s", host(t, "steer", "on", pins))
+	t.Logf("steer on: %s", labtest.RunSkewgate(t, skewgateBin, "steer", "on", pins))
 	want(http.StatusOK, "peer", "steering on again")
 }
 
@@ -112,7 +113,7 @@ func uninstall(t *testing.T) {
 		t.Fatalf("before uninstall: %d programs, %d links, %d maps pinned under %v", len(progs), len(links), len(maps), dirs)
 	}
 	for _, d := range dirs {
-		t.Logf("uninstall %s:\n%s", d, host(t, "uninstall", "--pin-path", d))
+		t.Logf("uninstall %s:\n%s", d, labtest.RunSkewgate(t, skewgateBin, "uninstall", "--pin-path", d))
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {

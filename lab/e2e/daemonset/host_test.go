@@ -1,10 +1,8 @@
 package daemonset
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/skewgate/skewgate/agent"
 	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/lab/labtest"
 )
 
 // steering reads node n's pins as the host sees them.
@@ -59,50 +58,6 @@ func waitNodeSteering(t *testing.T, n lab.Node, want bool, timeout time.Duration
 	}
 }
 
-// host runs the host's skewgate (steer, uninstall) and returns its output.
-func host(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(skewgateBin, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("skewgate %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// get sends one request and returns the status and the route skewgate
-// took (X-Skewgate-Route, empty when skewgate did not answer).
-func get(c *http.Client, url string) (int, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get("X-Skewgate-Route"), nil
-}
-
-// freshClient makes every request a new TCP and TLS connection: steering
-// decides per new connection.
-func freshClient(t *testing.T) *http.Client {
-	t.Helper()
-	c, err := plane.AdminHTTPClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := c.Transport.(*http.Transport)
-	tr.DisableKeepAlives = true
-	tr.TLSClientConfig = tr.TLSClientConfig.Clone()
-	tr.TLSClientConfig.ClientSessionCache = nil
-	tr.TLSClientConfig.SessionTicketsDisabled = true
-	return c
-}
-
 // connLoop sends GET /version on a new connection to url, one after
 // another, until stopped; it counts failures (errors or non-200).
 type connLoop struct {
@@ -116,7 +71,7 @@ type connLoop struct {
 
 func startLoop(t *testing.T, url string) *connLoop {
 	l := &connLoop{stop: make(chan struct{}), start: time.Now()}
-	c := freshClient(t)
+	c := labtest.FreshClient(t, plane)
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
@@ -126,7 +81,7 @@ func startLoop(t *testing.T, url string) *connLoop {
 				return
 			default:
 			}
-			code, _, err := get(c, url+"/version")
+			code, _, err := labtest.Get(c, url+"/version")
 			l.tried++
 			if err != nil || code != http.StatusOK {
 				l.failed++

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/keyutil"
 
 	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/lab/labtest"
 )
 
 // staticUser is the static pod's identity toward the cluster: a kubeadm
@@ -59,7 +60,7 @@ func staticPod(t *testing.T, a lab.Node) {
 	waitNodeSteering(t, a, true, 2*time.Minute)
 	t.Logf("static pod %s written → steering engaged on %s in %s", images[1], a.Name, time.Since(t0).Round(time.Millisecond))
 	waitVersion(t, a, images[1], time.Minute)
-	code, route, err := get(freshClient(t), a.URL()+workloadsPath)
+	code, route, err := labtest.Get(labtest.FreshClient(t, plane), a.URL()+workloadsPath)
 	if err != nil || code != http.StatusOK || route != "peer" {
 		t.Fatalf("through the static pod, GET %s on %s: %d (route %q) %v, want 200 from a peer", workloadsPath, a.Name, code, route, err)
 	}
@@ -88,7 +89,7 @@ func staticPod(t *testing.T, a lab.Node) {
 	if loop.failed != 0 || loop.tried == 0 {
 		t.Errorf("removal: %s", loop)
 	}
-	if code, route, err := get(freshClient(t), a.URL()+workloadsPath); err != nil || code != http.StatusNotFound || route != "" {
+	if code, route, err := labtest.Get(labtest.FreshClient(t, plane), a.URL()+workloadsPath); err != nil || code != http.StatusNotFound || route != "" {
 		t.Errorf("static pod removed: node-a answers %d (route %q) %v, want its own (false) 404", code, route, err)
 	}
 }

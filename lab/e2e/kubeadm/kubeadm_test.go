@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/skewgate/skewgate/agent"
 	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/lab/labtest"
 )
 
 // workloadsPath is served only by v1.36 (scheduling.k8s.io/v1alpha2).
@@ -85,9 +84,9 @@ func TestKubeadm(t *testing.T) {
 		pins := "--pin-path=" + lab.KubeletPinPath(b)
 		wantEventually(t, b, http.StatusOK, "peer", "through old node-b's address", time.Minute)
 		want(t, a, http.StatusOK, "local", "through node-a's address")
-		t.Logf("steer off: %s", host(t, "steer", "off", pins))
+		t.Logf("steer off: %s", labtest.RunSkewgate(t, skewgateBin, "steer", "off", pins))
 		want(t, b, http.StatusNotFound, "", "steering off on node-b (the false 404)")
-		t.Logf("steer on: %s", host(t, "steer", "on", pins))
+		t.Logf("steer on: %s", labtest.RunSkewgate(t, skewgateBin, "steer", "on", pins))
 		want(t, b, http.StatusOK, "peer", "steering on again")
 		// Disarmed mid-upgrade, mode auto keeps steering: the versions
 		// differ, the skew window is open.
@@ -195,7 +194,7 @@ func admin(t *testing.T) kubernetes.Interface {
 
 func serverVersion(t *testing.T, n lab.Node) string {
 	t.Helper()
-	resp, err := freshClient(t).Get(n.URL() + "/version")
+	resp, err := labtest.FreshClient(t, plane).Get(n.URL() + "/version")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,53 +267,9 @@ func steering(n lab.Node) (agent.State, error) {
 	return ctl.State()
 }
 
-// host runs the host's skewgate and returns its output.
-func host(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(skewgateBin, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("skewgate %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// freshClient is the lab admin (kubeadm's admin.conf credentials) on a
-// new connection per request: steering decides per new connection.
-func freshClient(t *testing.T) *http.Client {
-	t.Helper()
-	c, err := plane.AdminHTTPClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := c.Transport.(*http.Transport)
-	tr.DisableKeepAlives = true
-	tr.TLSClientConfig = tr.TLSClientConfig.Clone()
-	tr.TLSClientConfig.ClientSessionCache = nil
-	tr.TLSClientConfig.SessionTicketsDisabled = true
-	return c
-}
-
-// get returns the status of GET url and skewgate's route (empty when
-// skewgate did not answer).
-func get(c *http.Client, url string) (int, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get("X-Skewgate-Route"), nil
-}
-
 func want(t *testing.T, n lab.Node, code int, route, how string) {
 	t.Helper()
-	got, gotRoute, err := get(freshClient(t), n.URL()+workloadsPath)
+	got, gotRoute, err := labtest.Get(labtest.FreshClient(t, plane), n.URL()+workloadsPath)
 	if err != nil || got != code || gotRoute != route {
 		t.Errorf("%s: GET %s on %s: %d (route %q) %v, want %d (route %q)", how, workloadsPath, n.Name, got, gotRoute, err, code, route)
 	}
@@ -327,7 +282,7 @@ func wantEventually(t *testing.T, n lab.Node, code int, route, how string, timeo
 	t0 := time.Now()
 	var last string
 	for time.Since(t0) < timeout {
-		got, gotRoute, err := get(freshClient(t), n.URL()+workloadsPath)
+		got, gotRoute, err := labtest.Get(labtest.FreshClient(t, plane), n.URL()+workloadsPath)
 		if err == nil && got == code && gotRoute == route {
 			t.Logf("%s: %d (route %s) %s after the upgrade finished", how, got, gotRoute, time.Since(t0).Round(time.Millisecond))
 			return
