@@ -148,11 +148,13 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 		SetIdentity: h.identity(x.caller, x.marked || d.Route == route.Peer),
 		ShowErrors:  x.caller.User != nil,
 		LongRunning: x.req.LongRunning(),
-		Busy: func(w http.ResponseWriter, r *http.Request, server string) {
+	}
+	if x.caller.User == nil && !x.caller.Peer {
+		fr.Busy = func(w http.ResponseWriter, r *http.Request, server string) {
 			if h.mayTell(w, r, x) {
 				forward.TooMany(w, r, server)
 			}
-		},
+		}
 	}
 	t := h.members.Table()
 	if d.Listed() && x.req.AsksForType(scopeOf(x.req, t)) {
@@ -160,13 +162,13 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 		fr.Listed, fr.Stale = true, func(id string) bool { return h.members.DeniedListed(id, gvr) }
 	}
 	if d.Rule == route.RuleLocal {
-		fr.FallbackIdentity = h.identity(x.caller, true)
-		fr.Fallback = func() []*forward.Backend {
+		// Made only when the local server failed the request.
+		fr.Fallback = func() ([]*forward.Backend, func(http.Header)) {
 			key := ""
 			if x.req.Watch() {
 				key = clientKey(r, x.caller)
 			}
-			return h.members.Backends(route.Fallback(x.req, h.members.Table(), key))
+			return h.members.Backends(route.Fallback(x.req, h.members.Table(), key)), h.identity(x.caller, true)
 		}
 	}
 	forward.Forward(w, r, fr)

@@ -40,11 +40,10 @@ type Request struct {
 	Idempotent bool
 	// Fallback, if set, lists further candidates once Candidates failed a
 	// request (asked only then; for a write only if none of it was sent):
-	// the peers that serve what the local server was chosen for. They get
-	// FallbackIdentity instead of SetIdentity: a request sent to a peer
-	// carries the peer mark.
-	Fallback         func() []*Backend
-	FallbackIdentity func(http.Header)
+	// the peers that serve what the local server was chosen for, and the
+	// identity they get instead of SetIdentity (a request sent to a peer
+	// carries the peer mark).
+	Fallback func() ([]*Backend, func(http.Header))
 	// Failed, if set, learns of every failed exchange with a backend: kind
 	// FailConnect (no connection: the server should leave routing at once)
 	// or FailRequest (the connection broke after bytes were sent).
@@ -234,6 +233,7 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 	body := callerBody(req)
 	var errs []error
 	candidates, more := f.req.Candidates, f.req.Fallback
+	moreIdentity := f.req.SetIdentity
 	sent := false // bytes of the request may have reached a server
 	for i := 0; i < len(candidates); i++ {
 		b := candidates[i]
@@ -247,7 +247,7 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		fr := f.req
 		if i >= len(f.req.Candidates) {
-			fr.SetIdentity = f.req.FallbackIdentity
+			fr.SetIdentity = moreIdentity
 		}
 		resp, at, err := roundTrip(req, b, fr)
 		if err == nil && f.req.Listed && TypeNotFound(resp) && f.req.Stale != nil && f.req.Stale(b.ID) {
@@ -283,7 +283,8 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 			break
 		}
 		if i == len(candidates)-1 && more != nil {
-			candidates = append(candidates[:len(candidates):len(candidates)], more()...)
+			peers, identity := more()
+			candidates, moreIdentity = append(candidates[:len(candidates):len(candidates)], peers...), identity
 			more = nil
 		}
 	}

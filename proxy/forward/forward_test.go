@@ -432,11 +432,13 @@ func TestFallbackToPeersCarriesTheirIdentity(t *testing.T) {
 		asked := 0
 		w := httptest.NewRecorder()
 		Forward(w, httptest.NewRequest(method, "/api/v1/namespaces/n/configmaps", strings.NewReader("{}")), Request{
-			Candidates:       []*Backend{deadBackend(t, trust)},
-			Idempotent:       method == http.MethodGet,
-			SetIdentity:      func(h http.Header) { h.Set("X-Mark", "local") },
-			Fallback:         func() []*Backend { asked++; return []*Backend{backendFor(t, "peer", up, trust)} },
-			FallbackIdentity: func(h http.Header) { h.Set("X-Mark", "peer") },
+			Candidates:  []*Backend{deadBackend(t, trust)},
+			Idempotent:  method == http.MethodGet,
+			SetIdentity: func(h http.Header) { h.Set("X-Mark", "local") },
+			Fallback: func() ([]*Backend, func(http.Header)) {
+				asked++
+				return []*Backend{backendFor(t, "peer", up, trust)}, func(h http.Header) { h.Set("X-Mark", "peer") }
+			},
 		})
 		if w.Code != http.StatusOK || w.Header().Get(HeaderServer) != "peer" || mark.Load() != "peer" || asked != 1 {
 			t.Errorf("%s with the local server down: %d from %q, mark %q, fallback asked %d times", method, w.Code, w.Header().Get(HeaderServer), mark.Load(), asked)
