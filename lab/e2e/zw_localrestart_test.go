@@ -38,6 +38,7 @@ type restartLoad struct {
 	writes   map[string]int
 	failedR  int
 	failedW  int
+	skipped  int // deletes not sent: their create failed
 	firstErr []string
 }
 
@@ -75,8 +76,9 @@ func localRestart(t *testing.T, stop func() error, graceful bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
-	load := pinnedLoad(ctx, c, sg+cms, "via", &wg)
-	direct := pinnedLoad(ctx, c, node(t, "node-a").URL()+cms, "direct", &wg)
+	run := time.Now().UnixMilli() % 1e6 // names of an earlier run's leftovers do not collide
+	load := pinnedLoad(ctx, c, sg+cms, fmt.Sprintf("via-%d", run), &wg)
+	direct := pinnedLoad(ctx, c, node(t, "node-a").URL()+cms, fmt.Sprintf("direct-%d", run), &wg)
 	gaps := watchGaps(ctx, t, sg, &wg)
 	livez := livezSeen(ctx, c, sg, &wg)
 
@@ -98,12 +100,12 @@ func localRestart(t *testing.T, stop func() error, graceful bool) {
 	wg.Wait()
 
 	direct.mu.Lock()
-	t.Logf("direct to node-a's apiserver, the same load: %d of %d reads and %d of %d writes failed; reads %v; writes %v",
-		direct.failedR, sum(direct.reads), direct.failedW, sum(direct.writes), direct.reads, direct.writes)
+	t.Logf("direct to node-a's apiserver, the same load: %d of %d reads and %d of %d writes failed (%d deletes not sent); reads %v; writes %v",
+		direct.failedR, sum(direct.reads), direct.failedW, sum(direct.writes), direct.skipped, direct.reads, direct.writes)
 	direct.mu.Unlock()
 	load.mu.Lock()
 	defer load.mu.Unlock()
-	t.Logf("through skewgate: %d of %d reads and %d of %d writes failed", load.failedR, sum(load.reads), load.failedW, sum(load.writes))
+	t.Logf("through skewgate: %d of %d reads and %d of %d writes failed (%d deletes not sent)", load.failedR, sum(load.reads), load.failedW, sum(load.writes), load.skipped)
 	t.Logf("node-a away %s; reads %v; writes %v; watch re-established after %v; /livez through skewgate answered %v", away.Round(100*time.Millisecond), load.reads, load.writes, gaps.list(), livez.list())
 	if load.failedR > 0 {
 		t.Errorf("%d reads failed while node-a restarted (%v)", load.failedR, load.firstErr)
@@ -137,6 +139,8 @@ func sum(m map[string]int) int {
 
 // pinnedLoad sends 50 requests a second to url (a configmaps collection)
 // until ctx ends: a list, a create, a delete of what it created, in turn.
+// A delete waits for its create's answer, and is not sent when the create
+// failed (that failure is counted; the delete's 404 would count it twice).
 func pinnedLoad(ctx context.Context, c *http.Client, url, prefix string, wg *sync.WaitGroup) *restartLoad {
 	load := &restartLoad{reads: map[string]int{}, writes: map[string]int{}}
 	wg.Add(1)
@@ -144,10 +148,14 @@ func pinnedLoad(ctx context.Context, c *http.Client, url, prefix string, wg *syn
 		defer wg.Done()
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
+		var created chan bool
 		for i := 0; ctx.Err() == nil; i++ {
 			<-tick.C
+			if i%3 == 1 {
+				created = make(chan bool, 1)
+			}
 			wg.Add(1)
-			go func(i int) {
+			go func(i int, created chan bool) {
 				defer wg.Done()
 				name := fmt.Sprintf("restart-%s-%d", prefix, i/3)
 				method, target, body, write := http.MethodGet, url, []byte(nil), false
@@ -155,7 +163,17 @@ func pinnedLoad(ctx context.Context, c *http.Client, url, prefix string, wg *syn
 				case 1:
 					method, body, write = http.MethodPost, []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"`+name+`"}}`), true
 				case 2:
+					if !<-created {
+						load.mu.Lock()
+						load.skipped++
+						load.mu.Unlock()
+						return
+					}
 					method, target, write = http.MethodDelete, url+"/"+name, true
+				}
+				code := 0
+				if created != nil && i%3 == 1 {
+					defer func() { created <- code == http.StatusCreated }()
 				}
 				rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer rcancel()
@@ -167,8 +185,9 @@ func pinnedLoad(ctx context.Context, c *http.Client, url, prefix string, wg *syn
 					return
 				}
 				resp.Body.Close()
+				code = resp.StatusCode
 				load.note(write, resp.StatusCode, resp.Header.Get("X-Skewgate-Route"), nil)
-			}(i)
+			}(i, created)
 		}
 	}()
 	return load

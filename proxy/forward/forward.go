@@ -240,6 +240,12 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 		if i > 0 && sent && !f.retry {
 			break
 		}
+		if i > 0 {
+			if err := rewind(req, body); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", b.ID, err))
+				break
+			}
+		}
 		done, err := b.admit()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", b.ID, err))
@@ -312,7 +318,15 @@ type attempt struct {
 // roundTrip sends req to b and reports how far it got.
 func roundTrip(req *http.Request, b *Backend, fr Request) (*http.Response, attempt, error) {
 	var connected, dialFailed atomic.Bool
+	// The transport may try again itself — a request a graceful GOAWAY
+	// refused, or a connection that proved unusable before the request
+	// went out — and does so only when the server did not take it: what
+	// counts is the last attempt, which begins with GetConn.
 	trace := &httptrace.ClientTrace{
+		GetConn: func(string) {
+			connected.Store(false)
+			dialFailed.Store(false)
+		},
 		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
 		ConnectDone: func(_, _ string, err error) {
 			if err != nil {
@@ -357,44 +371,119 @@ func callerFault(req *http.Request, body *bodyReader, at attempt, err error) err
 	return nil
 }
 
-// bodyReader records an error reading the caller's body (a malformed
-// chunk, a caller that left mid-upload) and keeps it open across attempts.
+// MaxReplay is the most of a caller's body kept to send it again: as much
+// as kube-apiserver takes in one request (3 MiB, its MaxRequestBodyBytes).
+// A longer body is streamed and never sent twice.
+const MaxReplay = 3 << 20
+
+// bodyReader is the caller's body for every attempt. It records an error
+// reading it (a malformed chunk, a caller that left mid-upload) as the
+// caller's, and keeps what was read (up to MaxReplay bytes) so that a
+// request the server provably did not take — refused at dial, or on a
+// connection its graceful GOAWAY had already closed to new streams — is
+// sent again whole, by the transport (GetBody) or to the next candidate.
 type bodyReader struct {
-	io.ReadCloser
-	mu  sync.Mutex
-	err error
+	mu   sync.Mutex
+	src  io.ReadCloser
+	kept []byte
+	read int  // bytes read from src
+	over bool // more than MaxReplay were read: kept is gone
+	err  error
 }
 
-func (b *bodyReader) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil && !errors.Is(err, io.EOF) {
-		b.mu.Lock()
-		b.err = err
-		b.mu.Unlock()
+// errTooLongToReplay is a request whose body was too long to keep, asked
+// for again.
+var errTooLongToReplay = fmt.Errorf("the request body is longer than %d bytes and cannot be sent again", MaxReplay)
+
+// readAt reads the body from off: what was kept, then the rest of the
+// caller's body.
+func (b *bodyReader) readAt(p []byte, off int) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if off < b.read {
+		if b.over {
+			return 0, errTooLongToReplay
+		}
+		return copy(p, b.kept[off:]), nil
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.src.Read(p)
+	b.read += n
+	switch {
+	case b.over:
+	case b.read > MaxReplay:
+		b.over, b.kept = true, nil
+	default:
+		b.kept = append(b.kept, p[:n]...)
+	}
+	if err != nil {
+		b.err = err // io.EOF too: the caller's body is read once
 	}
 	return n, err
 }
 
-// Close leaves the caller's body open: a transport closes the body of a
-// request it could not send, and a write refused at dial (no byte of it
-// read) is still to be sent to the next candidate. The server closes the
-// caller's body when the handler returns.
-func (b *bodyReader) Close() error { return nil }
+// open returns a reader of the body from its start.
+func (b *bodyReader) open() (io.ReadCloser, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.over {
+		return nil, errTooLongToReplay
+	}
+	return &bodyCursor{b: b}, nil
+}
 
+// failed is the error reading the caller's body, if any.
 func (b *bodyReader) failed() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if errors.Is(b.err, io.EOF) {
+		return nil
+	}
 	return b.err
 }
 
-// callerBody wraps req's body (if any) in a bodyReader.
+// bodyCursor is one attempt's reader of the body.
+type bodyCursor struct {
+	b   *bodyReader
+	off int
+}
+
+func (c *bodyCursor) Read(p []byte) (int, error) {
+	n, err := c.b.readAt(p, c.off)
+	c.off += n
+	return n, err
+}
+
+// Close leaves the caller's body open: a transport closes the body of a
+// request it could not send, which is still to be sent again. The server
+// closes the caller's body when the handler returns.
+func (c *bodyCursor) Close() error { return nil }
+
+// callerBody makes req's body (if any) one that can be read again from its
+// start, through req.GetBody.
 func callerBody(req *http.Request) *bodyReader {
 	if req.Body == nil || req.Body == http.NoBody {
 		return nil
 	}
-	b := &bodyReader{ReadCloser: req.Body}
-	req.Body = b
+	b := &bodyReader{src: req.Body}
+	req.Body, _ = b.open()
+	req.GetBody = b.open
 	return b
+}
+
+// rewind gives req its body from the start for the next candidate.
+func rewind(req *http.Request, body *bodyReader) error {
+	if body == nil {
+		return nil
+	}
+	rc, err := body.open()
+	if err != nil {
+		return err
+	}
+	req.Body = rc
+	return nil
 }
 
 type forwardError struct{ err error }

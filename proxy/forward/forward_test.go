@@ -22,6 +22,7 @@ import (
 	"testing/iotest"
 	"time"
 
+	"golang.org/x/net/http2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
@@ -442,6 +443,133 @@ func TestFallbackToPeersCarriesTheirIdentity(t *testing.T) {
 		})
 		if w.Code != http.StatusOK || w.Header().Get(HeaderServer) != "peer" || mark.Load() != "peer" || asked != 1 {
 			t.Errorf("%s with the local server down: %d from %q, mark %q, fallback asked %d times", method, w.Code, w.Header().Get(HeaderServer), mark.Load(), asked)
+		}
+	}
+}
+
+// goAwayServer accepts one HTTP/2 connection, reads one request to its
+// end, stops listening and answers with a graceful GOAWAY that does not
+// include the request's stream: what a kube-apiserver shutting down (SIGTERM)
+// sends a stream it had not seen when it began to shut down. The request
+// was not processed, and the next dial is refused.
+func goAwayServer(t *testing.T) (*Backend, Trust) {
+	t.Helper()
+	certPEM, keyPEM := keyPair(t, "apiserver", x509.ExtKeyUsageServerAuth)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	done := make(chan struct{})
+	t.Cleanup(func() { <-done })
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if _, err := io.ReadFull(c, make([]byte, len(http2.ClientPreface))); err != nil {
+			return
+		}
+		fr := http2.NewFramer(c, c)
+		fr.WriteSettings()
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.DataFrame, *http2.HeadersFrame:
+				if f.Header().Flags.Has(http2.FlagDataEndStream) { // the same bit for HEADERS
+					ln.Close()
+					fr.WriteGoAway(0, http2.ErrCodeNo, nil)
+					io.Copy(io.Discard, c) // until the client closes
+					return
+				}
+			}
+		}
+	}()
+	ca, err := dynamiccertificates.NewStaticCAContent("test", certPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trust := Trust{PeerCA: ca}
+	return NewBackend("leaving", &url.URL{Scheme: "https", Host: ln.Addr().String()}, trust), trust
+}
+
+// Bug (seen in CI: TestXLocalRestart/graceful, "503 unavailable" for a
+// create): a write sent on a connection the local apiserver was closing
+// gracefully arrived after its GOAWAY. The server never saw it, so the
+// transport may send it again — but only with Request.GetBody, which
+// skewgate did not set once the body was written: the caller got a 503.
+// A write the server provably did not take moves on like one refused at
+// dial, with its whole body.
+func TestWriteRefusedByGoAwayMovesOn(t *testing.T) {
+	leaving, _ := goAwayServer(t)
+	var got atomic.Value
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got.Store(string(body))
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer up.Close()
+	var failed []string
+	const body = `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}`
+	w := httptest.NewRecorder()
+	Forward(w, httptest.NewRequest(http.MethodPost, "/api/v1/namespaces/n/configmaps", strings.NewReader(body)),
+		Request{Candidates: []*Backend{leaving, backendFor(t, "alive", up, trustFor(t, up))}, Anonymous: true,
+			Failed: func(id string, kind FailureKind, _ error) { failed = append(failed, id+"/"+string(kind)) }})
+	if w.Code != http.StatusCreated || w.Header().Get(HeaderServer) != "alive" {
+		t.Fatalf("a write the leaving server did not take: %d from %q %s, want 201 from alive", w.Code, w.Header().Get(HeaderServer), w.Body)
+	}
+	if got.Load() != body {
+		t.Errorf("the next server got body %q, want %q", got.Load(), body)
+	}
+	if len(failed) != 1 || failed[0] != "leaving/connect" {
+		t.Errorf("failures reported: %v, want [leaving/connect]", failed)
+	}
+}
+
+// A body is kept to be sent again up to MaxReplay bytes; a longer one is
+// streamed once, and asking for it again is an error, never a partial body.
+func TestBodyKeptUpToMaxReplay(t *testing.T) {
+	for _, size := range []int{0, 1, MaxReplay, MaxReplay + 1} {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(strings.Repeat("x", size)))
+		body := callerBody(r)
+		if body == nil {
+			if size == 0 {
+				continue // httptest gives an empty body http.NoBody
+			}
+			t.Fatalf("%d bytes: no body", size)
+		}
+		first, err := io.ReadAll(r.Body)
+		if err != nil || len(first) != size {
+			t.Fatalf("%d bytes: first read %d, %v", size, len(first), err)
+		}
+		again, err := r.GetBody()
+		if size > MaxReplay {
+			if !errors.Is(err, errTooLongToReplay) {
+				t.Errorf("%d bytes: asked again: %v, want errTooLongToReplay", size, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%d bytes: asked again: %v", size, err)
+		}
+		if second, err := io.ReadAll(again); err != nil || len(second) != size {
+			t.Errorf("%d bytes: second read %d, %v", size, len(second), err)
+		}
+		if body.failed() != nil {
+			t.Errorf("%d bytes: a body read to its end failed: %v", size, body.failed())
 		}
 	}
 }
