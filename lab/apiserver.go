@@ -20,7 +20,7 @@ func APIServerArgs(spec Spec, n Node, pki *PKI) []string {
 	args := []string{
 		"--etcd-servers=" + EtcdURL(),
 		"--bind-address=0.0.0.0",
-		fmt.Sprintf("--secure-port=%d", APIServerPort),
+		fmt.Sprintf("--secure-port=%d", n.APIPort()),
 		"--advertise-address=" + n.IP.String(),
 		"--tls-cert-file=" + serving.CertFile,
 		"--tls-private-key-file=" + serving.KeyFile,
@@ -67,7 +67,7 @@ func APIServerArgs(spec Spec, n Node, pki *PKI) []string {
 		// The in-tree proxy dials peers by their advertise address and
 		// verifies them against this CA.
 		args = append(args, "--peer-ca-file="+pki.CAFile, "--peer-advertise-ip="+n.IP.String(),
-			fmt.Sprintf("--peer-advertise-port=%d", APIServerPort))
+			fmt.Sprintf("--peer-advertise-port=%d", n.APIPort()))
 	}
 	return append(args, "--feature-gates="+strings.Join(gates, ","))
 }

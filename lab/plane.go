@@ -147,7 +147,7 @@ func (p *Plane) up(ctx context.Context, readyTimeout time.Duration, skewgate str
 			if _, err := p.StartSkewgate(ctx, n.Name, skewgate, p.skewgateMode, readyTimeout); err != nil {
 				return err
 			}
-			fmt.Fprintf(p.out, "lab: %s skewgate steering %s:%d (pins %s)\n", n.Name, n.IP, APIServerPort, SkewgatePinPath(n))
+			fmt.Fprintf(p.out, "lab: %s skewgate steering %s (pins %s)\n", n.Name, n.Addr(), SkewgatePinPath(n))
 		}
 		extra = p.SkewgateEnv()
 	}

@@ -29,7 +29,7 @@ func SkewgatePinPath(n Node) string { return "/sys/fs/bpf/skewgate-lab-" + n.Nam
 
 // SkewgateMode chooses how a lab skewgate runs.
 type SkewgateMode struct {
-	// Steering steers the node's IP:6443 into skewgate.
+	// Steering steers the node's apiserver address (IP:port) into skewgate.
 	Steering bool
 	// Kubeconfig makes skewgate find its peers in the cluster (the
 	// default/kubernetes EndpointSlices and the apiserver identity leases)
@@ -100,7 +100,7 @@ func (p *Plane) skewgateBaseArgs(n Node) []string {
 		"--proxy-client-cert-file=" + p.PKI.FrontProxyClient.CertFile,
 		"--proxy-client-key-file=" + p.PKI.FrontProxyClient.KeyFile,
 		"--peer-ca-file=" + p.PKI.CAFile,
-		fmt.Sprintf("--local-apiserver=https://127.0.0.1:%d", APIServerPort),
+		fmt.Sprintf("--local-apiserver=https://127.0.0.1:%d", n.APIPort()),
 		"--state-file=" + p.SkewgateStateFile(n),
 		"--profiling", // make bench reads CPU profiles
 	}

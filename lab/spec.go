@@ -22,7 +22,8 @@ var (
 const (
 	// BridgeName is the root-namespace bridge every node's veth is enslaved to.
 	BridgeName = "skewlab0"
-	// APIServerPort is where every node's kube-apiserver listens.
+	// APIServerPort is where a node's kube-apiserver listens unless its
+	// Port says otherwise.
 	APIServerPort = 6443
 	// EtcdClientPort and EtcdPeerPort are etcd's ports on BridgeAddr.
 	EtcdClientPort = 2379
@@ -42,6 +43,8 @@ type Node struct {
 	Name    string
 	IP      netip.Addr
 	Version string
+	// Port is the kube-apiserver's --secure-port; 0 is APIServerPort.
+	Port uint16 `json:",omitempty"`
 }
 
 // Spec describes a plane to bring up.
@@ -118,7 +121,18 @@ func validNodeName(name string) bool {
 }
 
 // URL is the node's apiserver URL as clients in the root namespace reach it.
-func (n Node) URL() string { return fmt.Sprintf("https://%s:%d", n.IP, APIServerPort) }
+func (n Node) URL() string { return "https://" + n.Addr().String() }
+
+// APIPort is the port the node's kube-apiserver listens on.
+func (n Node) APIPort() uint16 {
+	if n.Port != 0 {
+		return n.Port
+	}
+	return APIServerPort
+}
+
+// Addr is the node's apiserver address.
+func (n Node) Addr() netip.AddrPort { return netip.AddrPortFrom(n.IP, n.APIPort()) }
 
 // Minor is the Kubernetes minor version of the node, e.g. 35.
 func (n Node) Minor() int {

@@ -109,6 +109,11 @@ func newExplainCmd() *cobra.Command {
 				}
 			}
 			fmt.Fprintf(out, "\n  route:   %s (rule %s) → %s\n  because: %s\n", e.Route, e.Rule, strings.Join(e.Servers, ", "), e.Reason)
+			// Whether such a request reaches skewgate at all on a new
+			// connection to the node's address.
+			if st, ok := e.Steering.(map[string]any); ok {
+				fmt.Fprintf(out, "  steering: %v (mode %v; window %v)\n", st["steering"], st["mode"], st["window"])
+			}
 			return nil
 		},
 	}

@@ -48,7 +48,7 @@ func Handler(m *membership.Members, gather prometheus.Gatherer, o Options) http.
 	healthz.InstallReadyzHandler(mux, healthz.PingHealthz,
 		healthz.NamedCheck("discovery", func(*http.Request) error { return m.Ready() }))
 	mux.HandleFunc("/debug/routes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, Routes(m, o.Extra)) })
-	mux.HandleFunc("/debug/explain", func(w http.ResponseWriter, r *http.Request) { explain(w, r, m) })
+	mux.HandleFunc("/debug/explain", func(w http.ResponseWriter, r *http.Request) { explain(w, r, m, o.Extra["steering"]) })
 	if o.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -167,6 +167,10 @@ type Explanation struct {
 	Rule        route.Rule `json:"rule"`
 	Servers     []string   `json:"servers"`
 	Reason      string     `json:"reason"`
+	// Steering is whether such a request, on a new connection to the
+	// node's apiserver address, reaches skewgate at all now: the kernel
+	// side's state, mode, window and targets (absent without steering).
+	Steering any `json:"steering,omitempty"`
 }
 
 // verbMethods maps Kubernetes verbs to the HTTP method that carries them.
@@ -175,7 +179,7 @@ var verbMethods = map[string]string{
 	"patch": "PATCH", "delete": "DELETE", "deletecollection": "DELETE",
 }
 
-func explain(w http.ResponseWriter, r *http.Request, m *membership.Members) {
+func explain(w http.ResponseWriter, r *http.Request, m *membership.Members, steering Extra) {
 	verb, path := r.URL.Query().Get("verb"), r.URL.Query().Get("path")
 	method, ok := verbMethods[strings.ToLower(verb)]
 	if !ok {
@@ -201,6 +205,9 @@ func explain(w http.ResponseWriter, r *http.Request, m *membership.Members) {
 		Subresource: req.Subresource, Route: string(d.Route), Rule: d.Rule, Servers: d.Servers, Reason: d.Reason}
 	if req.Kind == route.Resource {
 		e.Resource = gvrString(req.GVR)
+	}
+	if steering != nil {
+		e.Steering = steering()
 	}
 	writeJSON(w, e)
 }

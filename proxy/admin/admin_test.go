@@ -45,3 +45,32 @@ func TestHealthEndpoints(t *testing.T) {
 		}
 	}
 }
+
+// /debug/explain says whether steering brings such a request to skewgate
+// at all, beside how skewgate would route it.
+func TestExplainShowsSteering(t *testing.T) {
+	m, err := membership.New(membership.Config{Local: &url.URL{Scheme: "https", Host: "127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steering := map[string]string{"steering": "standby", "mode": "auto", "window": "closed: the apiservers agree"}
+	for _, tc := range []struct {
+		extra map[string]Extra
+		want  string
+		not   string
+	}{
+		{map[string]Extra{"steering": func() any { return steering }}, `"steering": {`, ""},
+		{nil, `"route"`, `"steering"`},
+	} {
+		h := Handler(m, prometheus.NewRegistry(), Options{Extra: tc.extra})
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/explain?verb=get&path=/api/v1/pods", nil))
+		body := rec.Body.String()
+		if rec.Code != http.StatusOK || !strings.Contains(body, tc.want) || tc.not != "" && strings.Contains(body, tc.not) {
+			t.Errorf("explain with steering %v: %d %s, want %q and not %q", tc.extra != nil, rec.Code, body, tc.want, tc.not)
+		}
+		if tc.extra != nil && !strings.Contains(body, `"mode": "auto"`) {
+			t.Errorf("explain does not show the steering state: %s", body)
+		}
+	}
+}

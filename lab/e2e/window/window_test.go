@@ -21,6 +21,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -36,10 +37,19 @@ var (
 	hold = 8 * time.Second
 )
 
+// apiPort is every apiserver's --secure-port here: not the default 6443.
+const apiPort = 6444
+
 func TestMain(m *testing.M) {
 	spec, err := lab.ParseNodes("node-a=" + lab.OldVersion + ",node-b=" + lab.OldVersion)
 	if err != nil {
 		panic(err)
+	}
+	// Every apiserver here listens on 6444, as on nodes where a local
+	// load balancer holds 6443: skewgate steers the local apiserver's port
+	// (from --local-apiserver), so every test below proves it.
+	for i := range spec.Nodes {
+		spec.Nodes[i].Port = apiPort
 	}
 	os.Exit(labtest.Main(m, "window", spec, func(ctx context.Context, env *labtest.Env) error {
 		plane, bin = env.Plane, env.Skewgate
@@ -55,10 +65,10 @@ func TestMain(m *testing.M) {
 
 // startAuto runs node n's skewgate as the DaemonSet does: steering mode
 // auto, peers from the cluster.
-func startAuto(t *testing.T, name string) lab.Proc {
+func startAuto(t *testing.T, name string, extra ...string) lab.Proc {
 	t.Helper()
 	proc, err := plane.StartSkewgate(context.Background(), name, bin, lab.SkewgateMode{Steering: true, Kubeconfig: true,
-		Extra: []string{"--steering-window-hold=" + hold.String()}}, 60*time.Second)
+		Extra: append([]string{"--steering-window-hold=" + hold.String()}, extra...)}, 60*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +359,7 @@ func TestVIPMoves(t *testing.T) {
 	tr := c.Transport.(*http.Transport)
 	tr.DisableKeepAlives = true
 	tr.TLSClientConfig.ServerName = "kubernetes" // kubeadm's serving certificates carry it, not the VIP
-	url := "https://" + netip.AddrPortFrom(vip.Addr(), lab.APIServerPort).String() + workloads
+	url := "https://" + netip.AddrPortFrom(vip.Addr(), apiPort).String() + workloads
 	codes := map[string]int{}
 	get := func() {
 		resp, err := c.Get(url)
@@ -392,4 +402,122 @@ func TestVIPMoves(t *testing.T) {
 			t.Errorf("%d answers %q through the VIP: %v", n, k, codes)
 		}
 	}
+}
+
+// TestIPv6AddressSteered gives node-b's interface an IPv6 address (and the
+// bridge one beside it) while node-b's skewgate runs as the DaemonSet does,
+// listening on every address: the address is a steering target on the
+// apiserver's port within a second or so (skewgate follows the interface),
+// and a client on it reaching node-b's apiserver directly before is
+// answered by skewgate after.
+func TestIPv6AddressSteered(t *testing.T) {
+	b, _ := plane.Node("node-b")
+	node6 := netip.MustParseAddr("fd00:5347::2")
+	target := netip.AddrPortFrom(node6, b.APIPort())
+	if err := ipv6On(t, node6); err != nil {
+		t.Fatal(err)
+	}
+	c, err := plane.PKI.HTTPClient(plane.PKI.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := c.Transport.(*http.Transport)
+	tr.DisableKeepAlives = true
+	tr.TLSClientConfig.ServerName = "kubernetes" // no serving certificate names the IPv6 address
+	url := "https://" + target.String() + "/version"
+	answeredBy := func() (string, error) {
+		resp, err := c.Get(url)
+		if err != nil {
+			return "", err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		if resp.Header.Get("X-Skewgate-Route") != "" {
+			return "skewgate", nil
+		}
+		return "apiserver", nil
+	}
+	// The IPv6 address may take a moment to be usable (duplicate address
+	// detection is off, the route is not).
+	var before string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if before, err = answeredBy(); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil || before != "apiserver" {
+		t.Fatalf("before skewgate runs, %s answered by %q (%v), want the apiserver directly", target, before, err)
+	}
+	setSwitch(t, "always")
+	t.Cleanup(func() { setSwitch(t, "") })
+	started := time.Now()
+	startAuto(t, "node-b", "--bind-address=0.0.0.0") // the DaemonSet's: every address, both families
+	waitState(t, "node-b", "steering", 30*time.Second)
+	var after string
+	for deadline := time.Now().Add(10 * time.Second); after != "skewgate"; time.Sleep(50 * time.Millisecond) {
+		if after, err = answeredBy(); time.Now().After(deadline) {
+			t.Fatalf("%s answered by %q (%v) 10 s after steering engaged, want skewgate; steering: %s", target, after, err, steeringView("node-b"))
+		}
+	}
+	t.Logf("%s steered %s after node-b's skewgate started; steering: %s", target, time.Since(started).Round(time.Millisecond), steeringView("node-b"))
+	if view := steeringView("node-b"); !strings.Contains(view, target.String()) {
+		t.Errorf("the steered targets do not list %s: %s", target, view)
+	}
+	// skewgate explain says such a request reaches skewgate now, and why.
+	resp, err := http.Get(lab.SkewgateAdminURL(b) + "/debug/explain?verb=get&path=/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e struct {
+		Steering map[string]string `json:"steering"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(e.Steering["steering"], "steering") || e.Steering["mode"] != "always" || !strings.Contains(e.Steering["targets"], target.String()) {
+		t.Errorf("/debug/explain shows steering %v, want engaged in mode always with %s among the targets", e.Steering, target)
+	}
+}
+
+// ipv6On adds addr/64 to node-b's eth0 and the bridge's address in the
+// same /64 (::fe), both without duplicate address detection, until the
+// test ends.
+func ipv6On(t *testing.T, addr netip.Addr) error {
+	bridgeAddr := addr.As16()
+	bridgeAddr[15] = 0xfe
+	br, err := netlink.LinkByName(lab.BridgeName)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+lab.BridgeName+"/disable_ipv6", []byte("0"), 0o644); err != nil {
+		return err
+	}
+	onBridge := &netlink.Addr{IPNet: &net.IPNet{IP: netip.AddrFrom16(bridgeAddr).AsSlice(), Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD}
+	if err := netlink.AddrAdd(br, onBridge); err != nil {
+		return fmt.Errorf("add %s to %s: %w", onBridge.IPNet, lab.BridgeName, err)
+	}
+	t.Cleanup(func() { netlink.AddrDel(br, onBridge) })
+	ns, err := netns.GetFromPath(lab.NetNSPath("node-b"))
+	if err != nil {
+		return err
+	}
+	h, err := netlink.NewHandleAt(ns)
+	ns.Close()
+	if err != nil {
+		return err
+	}
+	t.Cleanup(h.Close)
+	eth0, err := h.LinkByName("eth0")
+	if err != nil {
+		return err
+	}
+	onNode := &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD}
+	if err := h.AddrAdd(eth0, onNode); err != nil {
+		return fmt.Errorf("add %s to node-b's eth0: %w (is IPv6 disabled in its namespace?)", onNode.IPNet, err)
+	}
+	t.Cleanup(func() { h.AddrDel(eth0, onNode) })
+	return nil
 }
