@@ -305,20 +305,11 @@ func moveVIP(t *testing.T, from, to string) {
 
 // vipOn adds the VIP to node's eth0, or removes it.
 func vipOn(node string, add bool) error {
-	ns, err := netns.GetFromPath(lab.NetNSPath(node))
-	if err != nil {
-		return err
-	}
-	h, err := netlink.NewHandleAt(ns)
-	ns.Close()
+	h, eth0, err := nodeEth0(node)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	eth0, err := h.LinkByName("eth0")
-	if err != nil {
-		return err
-	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: vip.Addr().AsSlice(), Mask: net.CIDRMask(32, 32)}}
 	if add {
 		return h.AddrAdd(eth0, addr)
@@ -500,24 +491,35 @@ func ipv6On(t *testing.T, addr netip.Addr) error {
 		return fmt.Errorf("add %s to %s: %w", onBridge.IPNet, lab.BridgeName, err)
 	}
 	t.Cleanup(func() { netlink.AddrDel(br, onBridge) })
-	ns, err := netns.GetFromPath(lab.NetNSPath("node-b"))
-	if err != nil {
-		return err
-	}
-	h, err := netlink.NewHandleAt(ns)
-	ns.Close()
+	h, eth0, err := nodeEth0("node-b")
 	if err != nil {
 		return err
 	}
 	t.Cleanup(h.Close)
-	eth0, err := h.LinkByName("eth0")
-	if err != nil {
-		return err
-	}
 	onNode := &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD}
 	if err := h.AddrAdd(eth0, onNode); err != nil {
 		return fmt.Errorf("add %s to node-b's eth0: %w (is IPv6 disabled in its namespace?)", onNode.IPNet, err)
 	}
 	t.Cleanup(func() { h.AddrDel(eth0, onNode) })
 	return nil
+}
+
+// nodeEth0 is a netlink handle in node's namespace and its eth0; close the
+// handle.
+func nodeEth0(node string) (*netlink.Handle, netlink.Link, error) {
+	ns, err := netns.GetFromPath(lab.NetNSPath(node))
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := netlink.NewHandleAt(ns)
+	ns.Close()
+	if err != nil {
+		return nil, nil, err
+	}
+	eth0, err := h.LinkByName("eth0")
+	if err != nil {
+		h.Close()
+		return nil, nil, err
+	}
+	return h, eth0, nil
 }
