@@ -101,14 +101,6 @@ func kubeadmVersions(spec Spec) []string {
 	return sortedVersions(vs)
 }
 
-func nodeVersions(spec Spec) []string {
-	var vs []string
-	for _, n := range spec.Nodes {
-		vs = append(vs, n.Version)
-	}
-	return sortedVersions(vs)
-}
-
 func (p *Plane) upKubeadm(ctx context.Context, timeout time.Duration) error {
 	start := time.Now()
 	if err := requireRuntime(); err != nil {
@@ -128,7 +120,7 @@ func (p *Plane) upKubeadm(ctx context.Context, timeout time.Duration) error {
 	for i := range p.Spec.Nodes {
 		p.Spec.Nodes[i].Version = want[0].Version
 	}
-	kb, err := EnsureKubeadmBinaries(ctx, p.cache, versions, nodeVersions(p.Spec), p.out)
+	kb, err := EnsureKubeadmBinaries(ctx, p.cache, versions, p.out)
 	if err != nil {
 		return err
 	}
@@ -501,9 +493,17 @@ func (p *Plane) StartKubeadmKubelet(ctx context.Context, n Node) error {
 	if !ok {
 		return fmt.Errorf("kubelet on %s: no containerd", n.Name)
 	}
-	bin, ok := p.kubeadm.Kubelets[n.Version]
+	if p.State.Kubelets == nil {
+		p.State.Kubelets = map[string]string{}
+	}
+	v, ok := p.State.Kubelets[n.Name]
 	if !ok {
-		return fmt.Errorf("kubelet on %s: no kubelet %s built", n.Name, n.Version)
+		v = n.Version // kubeadm init or join: the node's first kubelet
+		p.State.Kubelets[n.Name] = v
+	}
+	bin, ok := p.kubeadm.Kubelets[v]
+	if !ok {
+		return fmt.Errorf("kubelet on %s: no kubelet %s built", n.Name, v)
 	}
 	_, err = p.startLabProcess("kubelet-"+n.Name, bin, append(args, "--v=1"),
 		func(cmd *exec.Cmd) error { return startInMountNSOf(n, ctrd.PID, cmd) })
@@ -572,7 +572,7 @@ func (p *Plane) ensureKubeadm(ctx context.Context) error {
 	if cache == "" {
 		cache = DefaultCacheDir()
 	}
-	kb, err := EnsureKubeadmBinaries(ctx, cache, kubeadmVersions(p.Spec), nodeVersions(p.Spec), p.out)
+	kb, err := EnsureKubeadmBinaries(ctx, cache, kubeadmVersions(p.Spec), p.out)
 	if err != nil {
 		return err
 	}
