@@ -28,7 +28,7 @@ type State struct {
 	// kubelet is upgraded after its node's control plane, so it may
 	// differ from Node.Version.
 	Kubelets map[string]string `json:"kubelets,omitempty"`
-	path    string
+	path     string
 }
 
 func statePath(dir string) string { return filepath.Join(dir, "state.json") }
