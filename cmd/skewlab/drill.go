@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,12 +59,13 @@ func newDrillCmd() *cobra.Command {
 
 func runDrill(cmd *cobra.Command, o drill.Options, report string) error {
 	results, err := drill.Run(cmd.Context(), o)
-	if err != nil {
+	if err != nil && len(results) == 0 {
 		return err
 	}
 	command := "make upgrade-drill"
 	if o.Kubeadm {
 		command += " KUBEADM=on"
 	}
-	return drill.WriteAll(report, o, results, command)
+	// The modes that finished are reported even when a later one failed.
+	return errors.Join(err, drill.WriteAll(report, o, results, command))
 }

@@ -31,7 +31,7 @@ const (
 	// ModeSkewgateArmed is auto, armed before the upgrade through the
 	// cluster's switch (the ConfigMap kube-system/skewgate, steering:
 	// always), as the runbook says.
-	ModeSkewgateArmed = "skewgate auto, armed"
+	ModeSkewgateArmed = "skewgate auto armed"
 )
 
 // skewgateModes are the modes that run skewgate, and its --steering-mode.

@@ -41,12 +41,14 @@ type Loss struct {
 	// garbage collector deleted them.
 	GCDeleted []string
 	// Namespaces were deleted during the drill, each holding an owned
-	// pair; Stuck still exist (terminating) after the settle time.
+	// pair; Stuck still exist (terminating) after the settle time, each
+	// with the namespace controller's conditions that are true.
 	Namespaces int
 	Stuck      []string
 	// Orphans are etcd keys of objects in a namespace that no longer
-	// exists, by resource.
-	Orphans map[string]int
+	// exists, by resource; OrphanKeys the first few.
+	Orphans    map[string]int
+	OrphanKeys []string
 	// Settled is how long the drill waited before counting.
 	Settled time.Duration
 	Err     string
@@ -139,7 +141,11 @@ func (l *losses) count(ctx context.Context, plane *lab.Plane, settle time.Durati
 	for _, k := range keys {
 		have[k] = true
 	}
-	owner := func(name string) bool { return slices.ContainsFunc(keys, func(k string) bool { return strings.HasSuffix(k, "/"+gcNamespace+"/"+name) && !strings.HasPrefix(k, "/registry/configmaps/") }) }
+	owner := func(name string) bool {
+		return slices.ContainsFunc(keys, func(k string) bool {
+			return strings.HasSuffix(k, "/"+gcNamespace+"/"+name) && !strings.HasPrefix(k, "/registry/configmaps/")
+		})
+	}
 	for _, p := range l.pairs {
 		if !have["/registry/configmaps/"+gcNamespace+"/"+p.dependent] && owner(p.owner) {
 			out.GCDeleted = append(out.GCDeleted, p.dependent)
@@ -151,14 +157,23 @@ func (l *losses) count(ctx context.Context, plane *lab.Plane, settle time.Durati
 		return out
 	}
 	for _, ns := range l.namespaces {
-		_, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		got, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		if err == nil {
-			out.Stuck = append(out.Stuck, ns)
+			why := []string{}
+			for _, cond := range got.Status.Conditions {
+				if cond.Status == "True" {
+					why = append(why, string(cond.Type)+": "+cond.Message)
+				}
+			}
+			out.Stuck = append(out.Stuck, ns+" ("+strings.Join(why, "; ")+")")
 			continue
 		}
 		for _, k := range keys {
 			if res, ok := inNamespace(k, ns); ok {
 				out.Orphans[res]++
+				if len(out.OrphanKeys) < 5 {
+					out.OrphanKeys = append(out.OrphanKeys, k)
+				}
 			}
 		}
 	}

@@ -309,27 +309,29 @@ func WriteAll(path string, o Options, results []*Result, command string) error {
 	return f.Close()
 }
 
-// writeSamples lists the first false 404s of a run, so a reader can see
-// which requests got them.
+// writeSamples lists the first false 404s and 404s in the grace of a
+// run, so a reader can see which requests got them.
 func writeSamples(w io.Writer, r *Result) {
-	n := 0
+	n := map[string]int{}
 	for _, e := range r.events {
-		if e.outcome != False404 {
+		if e.outcome != False404 && e.outcome != Grace404 || n[e.outcome] == 5 {
 			continue
 		}
-		if n == 0 {
-			fmt.Fprintf(w, "\nThe first false 404s:\n\n| at | phase | request | resource | route |\n|---|---|---|---|---|\n")
+		if n[False404]+n[Grace404] == 0 {
+			fmt.Fprintf(w, "\nThe first false 404s and 404s in the grace:\n\n| at | phase | answer | client | request | resource | route |\n|---|---|---|---|---|---|---|\n")
 		}
+		n[e.outcome]++
 		route := e.route
 		if route == "" {
 			route = "-"
 		} else {
 			route += " (" + e.server + ")"
 		}
-		fmt.Fprintf(w, "| +%.1fs | %s | %s | %s | %s |\n", e.at.Sub(r.Start).Seconds(), e.phase, e.kind, gvrString(e.gvr), route)
-		if n++; n == 5 {
-			return
+		who := "load-balanced"
+		if e.pinned != "" {
+			who = "pinned to " + e.pinned
 		}
+		fmt.Fprintf(w, "| +%.1fs | %s | %s | %s | %s | %s | %s |\n", e.at.Sub(r.Start).Seconds(), e.phase, e.outcome, who, e.kind, gvrString(e.gvr), route)
 	}
 }
 

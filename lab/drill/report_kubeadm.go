@@ -62,6 +62,21 @@ func writeLosses(w io.Writer, results []*Result) {
 		fmt.Fprintf(w, "| %s | %d | **%d** | %d | **%d** | **%d** %s | %s |\n", r.Mode, l.Pairs, len(l.GCDeleted), l.Namespaces, len(l.Stuck),
 			l.OrphanCount(), orphanDetail(l), l.Settled)
 	}
+	for _, r := range results {
+		if l := r.Loss; l != nil && (len(l.GCDeleted)+len(l.Stuck)+len(l.OrphanKeys) > 0) {
+			fmt.Fprintf(w, "\n%s: ", r.Mode)
+			if len(l.GCDeleted) > 0 {
+				fmt.Fprintf(w, "deleted by the GC: %s. ", strings.Join(first(l.GCDeleted, 5), ", "))
+			}
+			if len(l.Stuck) > 0 {
+				fmt.Fprintf(w, "terminating after %s: %s. ", l.Settled, strings.ReplaceAll(strings.Join(first(l.Stuck, 3), "; "), "|", `\|`))
+			}
+			if len(l.OrphanKeys) > 0 {
+				fmt.Fprintf(w, "orphaned: `%s`.", strings.Join(l.OrphanKeys, "`, `"))
+			}
+			fmt.Fprintln(w)
+		}
+	}
 	if !lost {
 		fmt.Fprintf(w, "\nNo mode lost anything here: no dependent was deleted while its owner existed, no namespace stayed terminating, nothing was orphaned. "+
 			"%s\n", whyNoLoss)
@@ -82,3 +97,5 @@ func orphanDetail(l *Loss) string {
 	}
 	return "(" + routes(l.Orphans) + ")"
 }
+
+func first(s []string, n int) []string { return s[:min(n, len(s))] }
