@@ -518,11 +518,8 @@ func (p *Plane) StartKubeadmKubelet(ctx context.Context, n Node) error {
 // scheduling.k8s.io/v1alpha2 (GenericWorkload), which a 1.35 server
 // refuses as an unknown group and gate. The kubelet keeps its version.
 func (p *Plane) KubeadmUpgrade(ctx context.Context, name, version string, apply bool) error {
-	n, ok := p.Node(name)
-	if !ok {
-		return fmt.Errorf("no node %s", name)
-	}
-	if err := p.ensureKubeadm(ctx); err != nil {
+	n, err := p.kubeadmNode(ctx, name)
+	if err != nil {
 		return err
 	}
 	if _, ok := p.kubeadm.Kubeadm[version]; !ok {
@@ -553,6 +550,11 @@ func (p *Plane) KubeadmUpgrade(ctx context.Context, name, version string, apply 
 	if err := p.runKubeadm(ctx, n, version, args...); err != nil {
 		return err
 	}
+	return p.setVersion(name, version)
+}
+
+// setVersion records that node name's control plane runs version.
+func (p *Plane) setVersion(name, version string) error {
 	for i := range p.Spec.Nodes {
 		if p.Spec.Nodes[i].Name == name {
 			p.Spec.Nodes[i].Version = version
@@ -560,6 +562,15 @@ func (p *Plane) KubeadmUpgrade(ctx context.Context, name, version string, apply 
 	}
 	p.State.Spec = p.Spec
 	return p.State.save()
+}
+
+// kubeadmNode is node name of a kubeadm plane, its binaries found.
+func (p *Plane) kubeadmNode(ctx context.Context, name string) (Node, error) {
+	n, ok := p.Node(name)
+	if !ok {
+		return Node{}, fmt.Errorf("no node %s", name)
+	}
+	return n, p.ensureKubeadm(ctx)
 }
 
 // ensureKubeadm finds the kubeadm mode's binaries of a plane Open

@@ -32,11 +32,8 @@ func (p *Plane) KubeletVersion(name string) string { return p.State.Kubelets[nam
 // kubelet`, `kubectl uncordon`. It returns when the node is Ready again
 // with that kubelet.
 func (p *Plane) SetKubelet(ctx context.Context, name, version string, timeout time.Duration) error {
-	n, ok := p.Node(name)
-	if !ok {
-		return fmt.Errorf("no node %s", name)
-	}
-	if err := p.ensureKubeadm(ctx); err != nil {
+	n, err := p.kubeadmNode(ctx, name)
+	if err != nil {
 		return err
 	}
 	if _, ok := p.kubeadm.Kubelets[version]; !ok {
@@ -153,13 +150,7 @@ func (p *Plane) KubeadmRollback(ctx context.Context, name, version string, timeo
 	if err := p.waitAPIServerVersion(ctx, n, version, timeout); err != nil {
 		return err
 	}
-	for i := range p.Spec.Nodes {
-		if p.Spec.Nodes[i].Name == name {
-			p.Spec.Nodes[i].Version = version
-		}
-	}
-	p.State.Spec = p.Spec
-	return p.State.save()
+	return p.setVersion(name, version)
 }
 
 // lastBackup is the newest directory of kubeadm's under dir/tmp named

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/skewgate/skewgate/agent"
 	"github.com/skewgate/skewgate/lab"
 )
 
@@ -68,7 +67,7 @@ func waitSteering(ctx context.Context, plane *lab.Plane, timeout time.Duration) 
 	deadline := time.Now().Add(timeout)
 	for _, n := range plane.Spec.Nodes {
 		for {
-			st, err := steeringState(n)
+			st, err := lab.KubeletSteering(n)
 			if err == nil && st.Steering() {
 				break
 			}
@@ -81,15 +80,6 @@ func waitSteering(ctx context.Context, plane *lab.Plane, timeout time.Duration) 
 		}
 	}
 	return nil
-}
-
-func steeringState(n lab.Node) (agent.State, error) {
-	ctl, err := agent.OpenControl(lab.KubeletPinPath(n))
-	if err != nil {
-		return agent.State{}, err
-	}
-	defer ctl.Close()
-	return ctl.State()
 }
 
 // moveKubeadm runs step s as the kubeadm documentation has the operator

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/skewgate/skewgate/agent"
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/lab/labtest"
 )
@@ -222,7 +221,7 @@ func waitSteering(t *testing.T, want bool, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	for _, n := range plane.Spec.Nodes {
 		for {
-			st, err := steering(n)
+			st, err := lab.KubeletSteering(n)
 			if err == nil && st.Steering() == want {
 				break
 			}
@@ -232,15 +231,6 @@ func waitSteering(t *testing.T, want bool, timeout time.Duration) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-}
-
-func steering(n lab.Node) (agent.State, error) {
-	ctl, err := agent.OpenControl(lab.KubeletPinPath(n))
-	if err != nil {
-		return agent.State{}, err
-	}
-	defer ctl.Close()
-	return ctl.State()
 }
 
 func want(t *testing.T, n lab.Node, code int, route, how string) {
