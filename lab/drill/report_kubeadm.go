@@ -77,19 +77,28 @@ func writeLosses(w io.Writer, results []*Result) {
 			fmt.Fprintln(w)
 		}
 	}
+	gc := 0
+	for _, r := range results {
+		if r.Loss != nil {
+			gc += len(r.Loss.GCDeleted)
+		}
+	}
+	if gc == 0 {
+		fmt.Fprintf(w, "\nNo mode lost a dependent to the garbage collector. %s\n", whyNoGCLoss)
+	}
 	if !lost {
-		fmt.Fprintf(w, "\nNo mode lost anything here: no dependent was deleted while its owner existed, no namespace stayed terminating, nothing was orphaned. "+
-			"%s\n", whyNoLoss)
+		fmt.Fprintf(w, "\nNor did any mode leave a namespace terminating or an object orphaned.\n")
 	}
 }
 
-// whyNoLoss is why kubeadm's defaults protect the controllers, as far as
-// the drill saw it.
-const whyNoLoss = "On kubeadm's defaults the controller-manager talks to its own node's apiserver (kubeadm's `controller-manager.conf` names the node's " +
-	"advertise address): a v1.35 controller-manager reads v1.35 discovery, which lacks `scheduling.k8s.io/v1alpha2`, so its garbage collector cannot map an owner " +
-	"of that type (it waits and retries instead of asking for the owner and getting a 404), and a v1.36 one reads v1.36 discovery from a server that serves it. " +
-	"The false 404 needs a client that reads discovery from one server and the object from another: a controller-manager pointed at a load balancer or the VIP " +
-	"across mixed versions, or — with skewgate's or the in-tree proxy's merged discovery — an old server that neither proxies nor refuses."
+// whyNoGCLoss is why, as far as the drill saw, kubeadm's defaults keep
+// the garbage collector from a false 404.
+const whyNoGCLoss = "kubeadm's controller-manager talks to its own node's apiserver (`controller-manager.conf` names the node's advertise address), " +
+	"so it reads discovery and owners from the same server: a v1.35 one without skewgate cannot map a `scheduling.k8s.io/v1alpha2` owner and retries " +
+	"(`unable to get REST mapping for scheduling.k8s.io/v1alpha2/Workload` in its log) instead of asking for the owner and getting a 404. " +
+	"Its namespace controller, though, finishes a namespace without the types its discovery lacks: the orphans above. " +
+	"A garbage collector's false 404 needs discovery from one server and the owner from another, e.g. a controller-manager pointed at a load balancer " +
+	"or the VIP across mixed versions; the drill does not run one."
 
 func orphanDetail(l *Loss) string {
 	if len(l.Orphans) == 0 {
