@@ -90,12 +90,17 @@ kubelet-packages:
 lab-down: build
 	$(BIN)/skewlab down --dir $(LAB_DIR)
 
-# The rolling upgrade and rollback, three ways; writes docs/upgrade-drill.md
-# and docs/drill/*.png. Needs the Debian package prometheus for the
-# dashboard and alert checks.
-upgrade-drill: lab-build
+# The rolling upgrade and rollback, in every mode; writes
+# docs/upgrade-drill.md and docs/drill/*.png. Needs the Debian package
+# prometheus for the dashboard and alert checks. KUBEADM=on runs it on the
+# kubeadm lab (kubeadm upgrade apply/node, kubelets, the rollback from
+# kubeadm's backups, skewgate's DaemonSet of make image); DRILL_MODES
+# picks modes (comma-separated, as skewlab drill --help lists them).
+DRILL_MODES ?=
+upgrade-drill: lab-build $(if $(filter on,$(KUBEADM)),image kubelet-packages,)
 	@command -v prometheus >/dev/null || { apt-get update && apt-get install -y prometheus; }
-	$(BIN)/skewlab drill --skewgate $(BIN)/skewgate
+	$(BIN)/skewlab drill --dir $(LAB_DIR) --skewgate $(BIN)/skewgate $(if $(DRILL_MODES),--modes '$(DRILL_MODES)',) \
+		$(if $(filter on,$(KUBEADM)),--kubeadm --image $(BIN)/skewgate-image.tar --tag $(VERSION),)
 
 demo: lab-build
 	./deploy/demo.sh

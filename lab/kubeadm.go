@@ -101,14 +101,6 @@ func kubeadmVersions(spec Spec) []string {
 	return sortedVersions(vs)
 }
 
-func nodeVersions(spec Spec) []string {
-	var vs []string
-	for _, n := range spec.Nodes {
-		vs = append(vs, n.Version)
-	}
-	return sortedVersions(vs)
-}
-
 func (p *Plane) upKubeadm(ctx context.Context, timeout time.Duration) error {
 	start := time.Now()
 	if err := requireRuntime(); err != nil {
@@ -128,7 +120,7 @@ func (p *Plane) upKubeadm(ctx context.Context, timeout time.Duration) error {
 	for i := range p.Spec.Nodes {
 		p.Spec.Nodes[i].Version = want[0].Version
 	}
-	kb, err := EnsureKubeadmBinaries(ctx, p.cache, versions, nodeVersions(p.Spec), p.out)
+	kb, err := EnsureKubeadmBinaries(ctx, p.cache, versions, p.out)
 	if err != nil {
 		return err
 	}
@@ -501,9 +493,17 @@ func (p *Plane) StartKubeadmKubelet(ctx context.Context, n Node) error {
 	if !ok {
 		return fmt.Errorf("kubelet on %s: no containerd", n.Name)
 	}
-	bin, ok := p.kubeadm.Kubelets[n.Version]
+	if p.State.Kubelets == nil {
+		p.State.Kubelets = map[string]string{}
+	}
+	v, ok := p.State.Kubelets[n.Name]
 	if !ok {
-		return fmt.Errorf("kubelet on %s: no kubelet %s built", n.Name, n.Version)
+		v = n.Version // kubeadm init or join: the node's first kubelet
+		p.State.Kubelets[n.Name] = v
+	}
+	bin, ok := p.kubeadm.Kubelets[v]
+	if !ok {
+		return fmt.Errorf("kubelet on %s: no kubelet %s built", n.Name, v)
 	}
 	_, err = p.startLabProcess("kubelet-"+n.Name, bin, append(args, "--v=1"),
 		func(cmd *exec.Cmd) error { return startInMountNSOf(n, ctrd.PID, cmd) })
@@ -518,11 +518,8 @@ func (p *Plane) StartKubeadmKubelet(ctx context.Context, n Node) error {
 // scheduling.k8s.io/v1alpha2 (GenericWorkload), which a 1.35 server
 // refuses as an unknown group and gate. The kubelet keeps its version.
 func (p *Plane) KubeadmUpgrade(ctx context.Context, name, version string, apply bool) error {
-	n, ok := p.Node(name)
-	if !ok {
-		return fmt.Errorf("no node %s", name)
-	}
-	if err := p.ensureKubeadm(ctx); err != nil {
+	n, err := p.kubeadmNode(ctx, name)
+	if err != nil {
 		return err
 	}
 	if _, ok := p.kubeadm.Kubeadm[version]; !ok {
@@ -553,6 +550,11 @@ func (p *Plane) KubeadmUpgrade(ctx context.Context, name, version string, apply 
 	if err := p.runKubeadm(ctx, n, version, args...); err != nil {
 		return err
 	}
+	return p.setVersion(name, version)
+}
+
+// setVersion records that node name's control plane runs version.
+func (p *Plane) setVersion(name, version string) error {
 	for i := range p.Spec.Nodes {
 		if p.Spec.Nodes[i].Name == name {
 			p.Spec.Nodes[i].Version = version
@@ -560,6 +562,15 @@ func (p *Plane) KubeadmUpgrade(ctx context.Context, name, version string, apply 
 	}
 	p.State.Spec = p.Spec
 	return p.State.save()
+}
+
+// kubeadmNode is node name of a kubeadm plane, its binaries found.
+func (p *Plane) kubeadmNode(ctx context.Context, name string) (Node, error) {
+	n, ok := p.Node(name)
+	if !ok {
+		return Node{}, fmt.Errorf("no node %s", name)
+	}
+	return n, p.ensureKubeadm(ctx)
 }
 
 // ensureKubeadm finds the kubeadm mode's binaries of a plane Open
@@ -572,7 +583,7 @@ func (p *Plane) ensureKubeadm(ctx context.Context) error {
 	if cache == "" {
 		cache = DefaultCacheDir()
 	}
-	kb, err := EnsureKubeadmBinaries(ctx, cache, kubeadmVersions(p.Spec), nodeVersions(p.Spec), p.out)
+	kb, err := EnsureKubeadmBinaries(ctx, cache, kubeadmVersions(p.Spec), p.out)
 	if err != nil {
 		return err
 	}

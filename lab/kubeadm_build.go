@@ -20,10 +20,10 @@ type KubeadmBinaries struct {
 }
 
 // EnsureKubeadmBinaries builds, for every version, kubeadm, the
-// controller-manager and the scheduler (their images), and a kubelet for
-// every node version, plus kubectl, from the Go module proxy into cacheDir
-// (cached afterwards).
-func EnsureKubeadmBinaries(ctx context.Context, cacheDir string, versions, nodeVersions []string, out io.Writer) (KubeadmBinaries, error) {
+// controller-manager and the scheduler (their images) and the kubelet
+// (the operator upgrades it after kubeadm), plus kubectl, from the Go
+// module proxy into cacheDir (cached afterwards).
+func EnsureKubeadmBinaries(ctx context.Context, cacheDir string, versions []string, out io.Writer) (KubeadmBinaries, error) {
 	b := KubeadmBinaries{
 		Kubeadm: map[string]string{}, Kubelets: map[string]string{},
 		ControllerManager: map[string]string{}, Scheduler: map[string]string{},
@@ -39,8 +39,6 @@ func EnsureKubeadmBinaries(ctx context.Context, cacheDir string, versions, nodeV
 		build(b.Kubeadm, "kubeadm", v)
 		build(b.ControllerManager, "kube-controller-manager", v)
 		build(b.Scheduler, "kube-scheduler", v)
-	}
-	for _, v := range sortedVersions(nodeVersions) {
 		build(b.Kubelets, "kubelet", v)
 	}
 	if err == nil {

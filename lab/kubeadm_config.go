@@ -82,6 +82,8 @@ type kubeadmNodeVars struct {
 	CAHash     string // join
 	Skip       []string
 	Ignore     []string
+	// InTreeProxy turns kube-apiserver's Mixed Version Proxy on (Spec).
+	InTreeProxy bool
 }
 
 func (p *Plane) kubeadmVars(f nodeFiles, s kubeadmSecrets) kubeadmNodeVars {
@@ -89,6 +91,7 @@ func (p *Plane) kubeadmVars(f nodeFiles, s kubeadmSecrets) kubeadmNodeVars {
 		Node: f.node, Version: f.node.Version, Endpoint: KubeadmEndpoint(),
 		CRISocket: "unix://" + f.path("containerd.sock"), CgroupRoot: "/" + kubeletCgroupRoot(f.node),
 		EtcdTag: KubeadmEtcdTag, Secrets: s, Skip: KubeadmSkipPhases, Ignore: kubeadmIgnorePreflight,
+		InTreeProxy: p.Spec.InTreeProxy,
 	}
 }
 
@@ -153,9 +156,15 @@ etcd:
 apiServer:
   extraArgs:
     # The lab's convention: the in-tree Mixed Version Proxy off unless
-    # measured.
+    # measured. On, it dials peers at their advertise address (the
+    # default of --peer-advertise-ip) and verifies them with kubeadm's CA;
+    # kubeadm's apiserver.crt has the SAN kubernetes.default.svc it asks.
     - name: feature-gates
-      value: UnknownVersionInteroperabilityProxy=false
+      value: UnknownVersionInteroperabilityProxy={{.InTreeProxy}}
+{{- if .InTreeProxy}}
+    - name: peer-ca-file
+      value: /etc/kubernetes/pki/ca.crt
+{{- end}}
 ---
 ` + kubeletConfiguration))
 

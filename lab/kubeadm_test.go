@@ -207,3 +207,48 @@ func TestBridgeConflist(t *testing.T) {
 		t.Errorf("conflist for node-b (cni0 10.244.2.1/24): %+v", c)
 	}
 }
+
+// extraArgsOf is the ClusterConfiguration's apiServer.extraArgs by name.
+func extraArgsOf(t *testing.T, v kubeadmNodeVars) map[string]string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "init.yaml")
+	if err := renderFile(path, kubeadmInitConfig, v); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, a := range renderDocs(t, path)["ClusterConfiguration"]["apiServer"].(map[string]any)["extraArgs"].([]any) {
+		m := a.(map[string]any)
+		out[m["name"].(string)] = m["value"].(string)
+	}
+	return out
+}
+
+func TestKubeadmInTreeProxy(t *testing.T) {
+	v := kubeadmTestVars(t)
+	off := extraArgsOf(t, v)
+	if off["feature-gates"] != "UnknownVersionInteroperabilityProxy=false" || off["peer-ca-file"] != "" {
+		t.Errorf("in-tree proxy off: %v", off)
+	}
+	v.InTreeProxy = true
+	on := extraArgsOf(t, v)
+	if on["feature-gates"] != "UnknownVersionInteroperabilityProxy=true" || on["peer-ca-file"] != "/etc/kubernetes/pki/ca.crt" {
+		t.Errorf("in-tree proxy on: %v", on)
+	}
+}
+
+func TestLastBackup(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"kubeadm-backup-manifests-2026-12-01-20-46-15", "kubeadm-backup-manifests-2026-12-01-21-03-02",
+		"kubeadm-backup-etcd-2026-12-01-21-09-00", "kubeadm-kubelet-config-2026-12-01-20-47-00"} {
+		if err := os.MkdirAll(filepath.Join(dir, "tmp", d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := lastBackup(dir, "kubeadm-backup-manifests-")
+	if err != nil || filepath.Base(got) != "kubeadm-backup-manifests-2026-12-01-21-03-02" {
+		t.Errorf("lastBackup: %s %v", got, err)
+	}
+	if _, err := lastBackup(dir, "kubeadm-upgraded-manifests"); err == nil {
+		t.Error("lastBackup found a backup that is not there")
+	}
+}

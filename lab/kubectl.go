@@ -20,9 +20,11 @@ func (p *Plane) Kubectl(ctx context.Context) (string, error) {
 }
 
 // ApplyKustomize runs `kubectl apply -k` as the lab admin on an overlay of
-// base (a kustomize directory) that only sets the tag of image, as an
-// operator's overlay would, and returns kubectl's output.
-func (p *Plane) ApplyKustomize(ctx context.Context, base, image, tag string) (string, error) {
+// base (a kustomize directory) that sets the tag of image and appends
+// args to the first container of every DaemonSet (e.g.
+// --steering-mode=always), as an operator's overlay would, and returns
+// kubectl's output.
+func (p *Plane) ApplyKustomize(ctx context.Context, base, image, tag string, args ...string) (string, error) {
 	kubectl, err := p.Kubectl(ctx)
 	if err != nil {
 		return "", err
@@ -45,6 +47,12 @@ func (p *Plane) ApplyKustomize(ctx context.Context, base, image, tag string) (st
 	}
 	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\n"+
 		"images:\n  - name: %s\n    newTag: %s\n", rel, image, tag)
+	if len(args) > 0 {
+		k += "patches:\n  - target:\n      kind: DaemonSet\n    patch: |-\n"
+		for _, a := range args {
+			k += fmt.Sprintf("      - op: add\n        path: /spec/template/spec/containers/0/args/-\n        value: %q\n", a)
+		}
+	}
 	if err := writeFile(filepath.Join(dir, "kustomization.yaml"), k); err != nil {
 		return "", err
 	}

@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skewgate/skewgate/agent"
 )
 
 // KubeletPinPath is node n's skewgate pin directory in the kubelet mode,
@@ -19,6 +21,17 @@ import (
 // works on every node and `skewgate steer off --pin-path` on the host
 // finds that node's pod's pins here.
 func KubeletPinPath(n Node) string { return filepath.Join(kubeletBPFRoot(n), "skewgate") }
+
+// KubeletSteering reads the steering state of node n's skewgate pod from
+// its pins, as the host sees them.
+func KubeletSteering(n Node) (agent.State, error) {
+	ctl, err := agent.OpenControl(KubeletPinPath(n))
+	if err != nil {
+		return agent.State{}, err
+	}
+	defer ctl.Close()
+	return ctl.State()
+}
 
 func kubeletBPFRoot(n Node) string { return "/sys/fs/bpf/skewlab-" + n.Name }
 

@@ -72,8 +72,8 @@ func Up(ctx context.Context, o Options) (*Plane, error) {
 	if err := refuseIfUp(o.Dir); err != nil {
 		return nil, err
 	}
-	if o.Spec.Kubeadm && (o.Spec.InTreeProxy || o.Spec.NoEndpoints || o.Spec.Kubelet) {
-		return nil, errors.New("lab: the kubeadm mode configures the apiservers and kubelets itself (no --in-tree-proxy, no endpoint reconciler choice, not with --kubelet)")
+	if o.Spec.Kubeadm && (o.Spec.NoEndpoints || o.Spec.Kubelet) {
+		return nil, errors.New("lab: the kubeadm mode configures the apiservers and kubelets itself (no endpoint reconciler choice, not with --kubelet)")
 	}
 	if o.Skewgate != "" && (o.Spec.Kubelet || o.Spec.Kubeadm) {
 		return nil, errors.New("lab: skewgate runs either as lab processes or as the DaemonSet on the kubelets, not both (they would steer the same addresses)")

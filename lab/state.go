@@ -24,7 +24,11 @@ type State struct {
 	// Kubeadm are the kubeadm mode's bootstrap token and certificate key
 	// (node-c joins later with them).
 	Kubeadm *kubeadmSecrets `json:"kubeadm,omitempty"`
-	path    string
+	// Kubelets are the kubeadm mode's kubelet version per node: the
+	// kubelet is upgraded after its node's control plane, so it may
+	// differ from Node.Version.
+	Kubelets map[string]string `json:"kubelets,omitempty"`
+	path     string
 }
 
 func statePath(dir string) string { return filepath.Join(dir, "state.json") }

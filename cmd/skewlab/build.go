@@ -25,7 +25,7 @@ func newBuildCmd() *cobra.Command {
 				}
 			}
 			if kubeadm {
-				_, err := lab.EnsureKubeadmBinaries(cmd.Context(), cache, versions, versions, os.Stdout)
+				_, err := lab.EnsureKubeadmBinaries(cmd.Context(), cache, versions, os.Stdout)
 				return err
 			}
 			return nil

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"path/filepath"
 	"sync"
 	"time"
@@ -27,10 +28,17 @@ const (
 	// when the first server goes away, and connections made before stay
 	// direct.
 	ModeSkewgateAuto = "skewgate auto"
+	// ModeSkewgateArmed is auto, armed before the upgrade through the
+	// cluster's switch (the ConfigMap kube-system/skewgate, steering:
+	// always), as the runbook says.
+	ModeSkewgateArmed = "skewgate auto armed"
 )
 
-// skewgateModes are the modes that run skewgate.
-var skewgateModes = map[string]string{ModeSkewgate: "always", ModeSkewgateAuto: "auto"}
+// skewgateModes are the modes that run skewgate, and its --steering-mode.
+var skewgateModes = map[string]string{ModeSkewgate: "always", ModeSkewgateAuto: "auto", ModeSkewgateArmed: "auto"}
+
+// AllModes are the modes a drill runs by default, in order.
+var AllModes = []string{ModeNone, ModeInTree, ModeSkewgate, ModeSkewgateAuto, ModeSkewgateArmed}
 
 // Options configure Run.
 type Options struct {
@@ -54,8 +62,17 @@ type Options struct {
 	// Queries are the dashboard panels' queries to check ("" none).
 	Queries []PanelQuery
 	// OutDir receives the PNGs (default docs/drill).
-	OutDir   string
-	Progress io.Writer
+	OutDir string
+	// Kubeadm runs the drill on the kubeadm lab: `kubeadm upgrade apply`
+	// and `upgrade node`, each node's kubelet after its control plane, the
+	// rollback from kubeadm's backups, the real controller-manager and
+	// scheduler, skewgate as its DaemonSet of Image (an archive of make
+	// image) tagged ImageTag, and what users lose counted after Settle
+	// (default 60 s).
+	Kubeadm         bool
+	Image, ImageTag string
+	Settle          time.Duration
+	Progress        io.Writer
 }
 
 // PanelQuery is one dashboard panel's PromQL, variables substituted.
@@ -72,6 +89,7 @@ type Result struct {
 	events  []event
 	gaps    map[string]int
 	Monitor *Monitoring // skewgate mode with Prometheus only
+	Loss    *Loss       // kubeadm only
 }
 
 // Phase is a named span of the drill.
@@ -82,13 +100,19 @@ type Phase struct {
 
 func (o *Options) defaults() {
 	if len(o.Modes) == 0 {
-		o.Modes = []string{ModeNone, ModeInTree, ModeSkewgate, ModeSkewgateAuto}
+		o.Modes = AllModes[:4]
+		if o.Kubeadm {
+			o.Modes = AllModes
+		}
 	}
 	if o.Steady == 0 {
 		o.Steady = 10 * time.Second
 	}
-	if o.Hold == 0 && !o.Short {
+	if o.Hold == 0 && !o.Short && !o.Kubeadm {
 		o.Hold = 40 * time.Second
+	}
+	if o.Settle == 0 {
+		o.Settle = time.Minute
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -116,34 +140,46 @@ func Run(ctx context.Context, o Options) ([]*Result, error) {
 	return out, nil
 }
 
-// steps are the rolling upgrade and rollback, one node at a time.
-func steps(short bool) []step {
+// steps are the rolling upgrade and rollback, one node at a time; with
+// kubelets (kubeadm), each node's kubelet follows its control plane.
+func steps(short, kubelets bool) []step {
 	nodes := []string{"node-a", "node-b", "node-c"}
 	if short {
 		nodes = nodes[:1]
 	}
 	var s []step
+	add := func(verb, n, version string) {
+		s = append(s, step{verb + " " + n, n, version, false})
+		if kubelets {
+			s = append(s, step{verb + " kubelet " + n, n, version, true})
+		}
+	}
 	for _, n := range nodes {
-		s = append(s, step{"upgrade " + n, n, lab.NewVersion})
+		add("upgrade", n, lab.NewVersion)
 	}
 	s = append(s, step{name: "steady " + lab.NewVersion})
 	for i := len(nodes) - 1; i >= 0; i-- {
-		s = append(s, step{"rollback " + nodes[i], nodes[i], lab.OldVersion})
+		add("rollback", nodes[i], lab.OldVersion)
 	}
 	return append(s, step{name: "steady " + lab.OldVersion + " again"})
 }
 
-type step struct{ name, node, version string }
+type step struct {
+	name, node, version string
+	kubelet             bool // the node's kubelet, not its control plane
+}
 
 func runMode(ctx context.Context, o Options, mode string) (*Result, error) {
 	spec, err := lab.ParseNodes("node-a=" + lab.OldVersion + ",node-b=" + lab.OldVersion + ",node-c=" + lab.OldVersion)
 	if err != nil {
 		return nil, err
 	}
-	spec.InTreeProxy = mode == ModeInTree
+	spec.InTreeProxy, spec.Kubeadm = mode == ModeInTree, o.Kubeadm
 	lo := lab.Options{Dir: o.Dir, CacheDir: o.CacheDir, Spec: spec, Progress: o.Progress,
 		Versions: []string{lab.NewVersion}}
-	if steering, ok := skewgateModes[mode]; ok {
+	if o.Kubeadm {
+		lo.ReadyTimeout = 3 * time.Minute
+	} else if steering, ok := skewgateModes[mode]; ok {
 		lo.Skewgate, lo.SkewgateSteeringMode = o.Skewgate, steering
 	}
 	plane, err := lab.Up(ctx, lo)
@@ -155,6 +191,11 @@ func runMode(ctx context.Context, o Options, mode string) (*Result, error) {
 			fmt.Fprintf(o.Progress, "drill: lab down: %v\n", err)
 		}
 	}()
+	if _, ok := skewgateModes[mode]; ok && o.Kubeadm {
+		if err := deploySkewgate(ctx, plane, o, mode); err != nil {
+			return nil, err
+		}
+	}
 	pres := newPresence()
 	probe, err := probeClient(plane.PKI)
 	if err != nil {
@@ -187,6 +228,10 @@ func runMode(ctx context.Context, o Options, mode string) (*Result, error) {
 func drive(ctx context.Context, o Options, plane *lab.Plane, pres *presence) (*Result, error) {
 	rec := newRecorder(pres.served)
 	lb := newBalancer(plane.Spec.Nodes)
+	var loss *losses
+	if o.Kubeadm {
+		loss = &losses{}
+	}
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	pc, err := probeClient(plane.PKI)
@@ -212,27 +257,25 @@ func drive(ctx context.Context, o Options, plane *lab.Plane, pres *presence) (*R
 		var wg sync.WaitGroup
 		for _, n := range plane.Spec.Nodes {
 			wg.Add(1)
-			go func() { defer wg.Done(); clients{plane.PKI, lb, rec}.pinned(wctx, n) }()
+			go func() { defer wg.Done(); clients{plane.PKI, lb, rec, nil}.pinned(wctx, n) }()
 		}
-		clients{plane.PKI, lb, rec}.workload(wctx, gaps)
+		clients{plane.PKI, lb, rec, loss}.workload(wctx, gaps)
 		wg.Wait()
 		close(done)
 	}()
 	begin("steady " + lab.OldVersion)
 	sleep(ctx, o.Steady)
-	for _, s := range steps(o.Short) {
+	for _, s := range steps(o.Short, o.Kubeadm) {
 		begin(s.name)
 		if s.node == "" {
 			sleep(ctx, o.Steady)
 			continue
 		}
-		hold := time.Duration(0)
-		if s.node == "node-b" && s.version == lab.NewVersion {
-			hold = o.Hold
-		}
-		pres.down(s.node, time.Now())
-		if err := plane.UpgradeNode(ctx, s.node, s.version, hold, 90*time.Second); err != nil {
+		if err := move(ctx, o, plane, s, pres, pc); err != nil {
 			return nil, err
+		}
+		if s.kubelet {
+			continue
 		}
 		pres.up(s.node, s.version)
 		n, _ := plane.Node(s.node)
@@ -246,5 +289,24 @@ func drive(ctx context.Context, o Options, plane *lab.Plane, pres *presence) (*R
 	stop()
 	<-done
 	res.events = rec.snapshot()
+	if loss != nil {
+		fmt.Fprintf(o.Progress, "drill:   counting what was lost, after %s\n", o.Settle)
+		res.Loss = loss.count(ctx, plane, o.Settle)
+	}
 	return res, ctx.Err()
+}
+
+// move takes step s's node to s.version: on the binary-swap lab, its
+// apiserver stopped and started on the other binary (node-b held down
+// o.Hold in its upgrade); on kubeadm, kubeadm's and the operator's step.
+func move(ctx context.Context, o Options, plane *lab.Plane, s step, pres *presence, pc *http.Client) error {
+	if o.Kubeadm {
+		return moveKubeadm(ctx, plane, s, pres, pc)
+	}
+	hold := time.Duration(0)
+	if s.node == "node-b" && s.version == lab.NewVersion {
+		hold = o.Hold
+	}
+	pres.down(s.node, time.Now())
+	return plane.UpgradeNode(ctx, s.node, s.version, hold, 90*time.Second)
 }

@@ -111,3 +111,39 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+// The kubeadm drill's steps: each node's kubelet right after its control
+// plane, the rollback in reverse order, steady phases between.
+func TestStepsKubeadm(t *testing.T) {
+	var got []string
+	for _, s := range steps(false, true) {
+		got = append(got, s.name)
+	}
+	want := []string{"upgrade node-a", "upgrade kubelet node-a", "upgrade node-b", "upgrade kubelet node-b", "upgrade node-c", "upgrade kubelet node-c",
+		"steady " + lab.NewVersion, "rollback node-c", "rollback kubelet node-c", "rollback node-b", "rollback kubelet node-b",
+		"rollback node-a", "rollback kubelet node-a", "steady " + lab.OldVersion + " again"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("steps:\n got %q\nwant %q", got, want)
+	}
+	for _, s := range steps(true, false) {
+		if s.kubelet {
+			t.Errorf("binary-swap steps have a kubelet step: %+v", s)
+		}
+	}
+}
+
+func TestInNamespace(t *testing.T) {
+	for k, want := range map[string]string{
+		"/registry/workloads/drill-ns-3/gc-owner-3":                   "workloads",
+		"/registry/configmaps/drill-ns-3/in-ns":                       "configmaps",
+		"/registry/apiextensions.k8s.io/customresourcedefinitions/x":  "",
+		"/registry/namespaces/drill-ns-3":                             "",
+		"/registry/configmaps/drill-ns-30/in-ns":                      "",
+		"/registry/scheduling.k8s.io/workloads/drill-ns-3/gc-owner-3": "scheduling.k8s.io/workloads",
+	} {
+		res, ok := inNamespace(k, "drill-ns-3")
+		if res != want || ok != (want != "") {
+			t.Errorf("inNamespace(%s) = %q %t, want %q", k, res, ok, want)
+		}
+	}
+}

@@ -108,15 +108,11 @@ func (r *Result) Total() Tally {
 func WriteReport(w io.Writer, results []*Result, o Options, command string, images []string) {
 	o.defaults()
 	fmt.Fprintf(w, "# Upgrade drill: v1.35.4 → v1.36.3 → v1.35.4\n\n")
-	fmt.Fprintf(w, "Written by `%s` on %s (%s/%s, %d CPUs); regenerate it by running that again. "+
-		"Three nodes start at v1.35.4 and are upgraded one at a time to v1.36.3, each after the previous is ready, then rolled back one at a time. "+
-		"node-b's apiserver is held down %s in its upgrade (a slow image pull). A load balancer spreads the workload's connections over the nodes whose `/readyz` passes: "+
-		"informers (list + watch) on configmaps, `scheduling.k8s.io/v1alpha2` workloads and `admissionregistration.k8s.io/v1` mutatingadmissionpolicies "+
-		"(both only on v1.36; diffing the two versions' discovery finds nothing only on v1.35), creates/updates/deletes, lists and gets, "+
-		"discovery refreshes as kubectl does them, and a namespace deleted as the namespace controller does (discovery, then deletecollection of every namespaced resource). "+
-		"Beside them, one **pinned client per node** talks to that node's own address on one kept connection, as kube-controller-manager, kube-scheduler and "+
-		"kubeadm's local-mode kubelets do: lists, creates and deletes of configmaps and lists of workloads, ten a second, through the node's own restart.\n\n",
-		command, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), o.Hold)
+	if o.Kubeadm {
+		writeKubeadmIntro(w, o, command)
+	} else {
+		writeSwapIntro(w, o, command)
+	}
 	fmt.Fprintf(w, "A **false 404** is a type-not-found 404 (`the server could not find the requested resource`, or the plain `404 page not found` of a group the server does not serve) "+
 		"for a resource type a live, ready server served at that moment. A **404 in the grace** is one for a type that only a server that left within %s served: "+
 		"after a rollback takes the type away, it is gone for good once the grace ends, so whether such a 404 is false is a matter of definition; skewgate answers 503 then. "+
@@ -124,14 +120,15 @@ func WriteReport(w io.Writer, results []*Result, o Options, command string, imag
 		"the client then acts as on a false 404. **503s by cause**: the local server away, a capable server away or not yet known, the rollback grace, "+
 		"a peer's in-flight limit or breaker, a server unreachable, other (the in-tree proxy's and the apiservers' own). **Other errors** are failed requests: transport errors, resets, 5xx but 503. "+
 		"A **pinned client's failed request** is anything but a success or a genuine 4xx, except a 503 for a type no live server served at that moment (every server of it away or rolled back: nothing could have answered it). "+
-		"Modes: `%s` steers always (an operator armed the cluster before the upgrade), `%s` is the default, not armed.\n\n",
-		grace, ModeSkewgate, ModeSkewgateAuto)
+		"Modes: `%s` steers always (`--steering-mode=always`), `%s` is the default, not armed, `%s` is auto armed before the upgrade through the cluster's switch (the ConfigMap `kube-system/skewgate`, `steering: always`).\n\n",
+		grace, ModeSkewgate, ModeSkewgateAuto, ModeSkewgateArmed)
 	fmt.Fprintf(w, "## Totals\n\n| mode | duration | requests | false 404s | 404s in the grace | discovery gaps | 503s (by cause) | 503s lasted | other errors | pinned clients failed | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		t := r.Total()
 		fmt.Fprintf(w, "| %s | %s | %d | **%d** | %d | %d | %s | %s | %d | %d of %d | %s | %s |\n", r.Mode, r.End.Sub(r.Start).Round(time.Second),
 			t.Requests, t.False404, t.Grace404, t.Gaps, causes(t), t.UnavailableFor.Round(100*time.Millisecond), t.Errors, t.PinnedFailed, t.Pinned, ms(t.P50), ms(t.P99))
 	}
+	writeLosses(w, results)
 	writeComparison(w, results)
 	for _, img := range images {
 		fmt.Fprintf(w, "\n![%s](%s)\n", img, img)
@@ -149,6 +146,19 @@ func WriteReport(w io.Writer, results []*Result, o Options, command string, imag
 			writeMonitoring(w, r.Monitor)
 		}
 	}
+}
+
+// writeSwapIntro says what the drill on the binary-swap lab did.
+func writeSwapIntro(w io.Writer, o Options, command string) {
+	fmt.Fprintf(w, "Written by `%s` on %s (%s/%s, %d CPUs); regenerate it by running that again. "+
+		"Three nodes start at v1.35.4 and are upgraded one at a time to v1.36.3, each after the previous is ready, then rolled back one at a time. "+
+		"node-b's apiserver is held down %s in its upgrade (a slow image pull). A load balancer spreads the workload's connections over the nodes whose `/readyz` passes: "+
+		"informers (list + watch) on configmaps, `scheduling.k8s.io/v1alpha2` workloads and `admissionregistration.k8s.io/v1` mutatingadmissionpolicies "+
+		"(both only on v1.36; diffing the two versions' discovery finds nothing only on v1.35), creates/updates/deletes, lists and gets, "+
+		"discovery refreshes as kubectl does them, and a namespace deleted as the namespace controller does (discovery, then deletecollection of every namespaced resource). "+
+		"Beside them, one **pinned client per node** talks to that node's own address on one kept connection, as kube-controller-manager, kube-scheduler and "+
+		"kubeadm's local-mode kubelets do: lists, creates and deletes of configmaps and lists of workloads, ten a second, through the node's own restart.\n\n",
+		command, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), o.Hold)
 }
 
 // causes renders a tally's 503s by cause.
@@ -299,27 +309,29 @@ func WriteAll(path string, o Options, results []*Result, command string) error {
 	return f.Close()
 }
 
-// writeSamples lists the first false 404s of a run, so a reader can see
-// which requests got them.
+// writeSamples lists the first false 404s and 404s in the grace of a
+// run, so a reader can see which requests got them.
 func writeSamples(w io.Writer, r *Result) {
-	n := 0
+	n := map[string]int{}
 	for _, e := range r.events {
-		if e.outcome != False404 {
+		if e.outcome != False404 && e.outcome != Grace404 || n[e.outcome] == 5 {
 			continue
 		}
-		if n == 0 {
-			fmt.Fprintf(w, "\nThe first false 404s:\n\n| at | phase | request | resource | route |\n|---|---|---|---|---|\n")
+		if n[False404]+n[Grace404] == 0 {
+			fmt.Fprintf(w, "\nThe first false 404s and 404s in the grace:\n\n| at | phase | answer | client | request | resource | route |\n|---|---|---|---|---|---|---|\n")
 		}
+		n[e.outcome]++
 		route := e.route
 		if route == "" {
 			route = "-"
 		} else {
 			route += " (" + e.server + ")"
 		}
-		fmt.Fprintf(w, "| +%.1fs | %s | %s | %s | %s |\n", e.at.Sub(r.Start).Seconds(), e.phase, e.kind, gvrString(e.gvr), route)
-		if n++; n == 5 {
-			return
+		who := "load-balanced"
+		if e.pinned != "" {
+			who = "pinned to " + e.pinned
 		}
+		fmt.Fprintf(w, "| +%.1fs | %s | %s | %s | %s | %s | %s |\n", e.at.Sub(r.Start).Seconds(), e.phase, e.outcome, who, e.kind, gvrString(e.gvr), route)
 	}
 }
 

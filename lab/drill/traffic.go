@@ -92,6 +92,10 @@ type clients struct {
 	pki *lab.PKI
 	lb  *balancer
 	rec *recorder
+	// loss, on a plane with a real controller-manager (kubeadm), records
+	// owned pairs and deleted namespaces for the garbage collector and
+	// the namespace controller to act on.
+	loss *losses
 }
 
 func (c clients) config() *rest.Config {
@@ -139,6 +143,9 @@ func (c clients) workload(ctx context.Context, gaps *gapCounter) {
 	}
 	run(func(ctx context.Context) { c.discovery(ctx, gaps) })
 	run(func(ctx context.Context) { c.namespaces(ctx, gaps) })
+	if c.loss != nil {
+		run(c.owners)
+	}
 	wg.Wait()
 }
 
@@ -290,9 +297,10 @@ func (c clients) discovery(ctx context.Context, gaps *gapCounter) {
 }
 
 // namespaces creates a namespace with objects of version-dependent types
-// and deletes it as the namespace controller would: discovery, then a
-// deletecollection of every namespaced resource it lists. The lab runs no
-// controller-manager, so the drill plays its part.
+// and deletes it. With a real controller-manager (c.loss) the namespace
+// controller empties it and the count after the drill sees what it left;
+// without one the drill plays its part: discovery, then a
+// deletecollection of every namespaced resource it lists.
 func (c clients) namespaces(ctx context.Context, gaps *gapCounter) {
 	for n := 0; ctx.Err() == nil; n++ {
 		dyn, err := c.dynamic()
@@ -301,11 +309,19 @@ func (c clients) namespaces(ctx context.Context, gaps *gapCounter) {
 		}
 		ns := fmt.Sprintf("drill-ns-%d", n)
 		nsObj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}
-		nsRes := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
-		if _, err := dyn.Resource(nsRes).Create(ctx, nsObj, metav1.CreateOptions{}); err == nil {
+		if _, err := dyn.Resource(namespaces).Create(ctx, nsObj, metav1.CreateOptions{}); err == nil {
 			_, _ = dyn.Resource(configMaps).Namespace(ns).Create(ctx, configMap("in-ns"), metav1.CreateOptions{})
-			_, _ = dyn.Resource(workloads).Namespace(ns).Create(ctx, workload("in-ns"), metav1.CreateOptions{})
-			c.deleteNamespace(ctx, dyn, ns, gaps)
+			if c.loss == nil {
+				_, _ = dyn.Resource(workloads).Namespace(ns).Create(ctx, workload("in-ns"), metav1.CreateOptions{})
+				c.deleteNamespace(ctx, dyn, ns, gaps)
+			} else {
+				// Outside the window the pair fails (no server serves
+				// workloads): the namespace is deleted all the same.
+				_, _ = createPair(ctx, dyn, ns, n)
+				if dyn.Resource(namespaces).Delete(ctx, ns, metav1.DeleteOptions{}) == nil {
+					c.loss.deleted(ns)
+				}
+			}
 		}
 		sleep(ctx, 8*time.Second)
 	}
@@ -331,7 +347,7 @@ func (c clients) deleteNamespace(ctx context.Context, dyn *dynamic.DynamicClient
 		}
 	}
 	gaps.check(gvs)
-	_ = dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Delete(ctx, ns, metav1.DeleteOptions{})
+	_ = dyn.Resource(namespaces).Delete(ctx, ns, metav1.DeleteOptions{})
 }
 
 // failing are the group-versions discovery reported as failing (Stale: an

@@ -13,20 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skewgate/skewgate/agent"
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/lab/labtest"
 )
-
-// steering reads node n's pins as the host sees them.
-func steering(n lab.Node) (agent.State, error) {
-	ctl, err := agent.OpenControl(lab.KubeletPinPath(n))
-	if err != nil {
-		return agent.State{}, err
-	}
-	defer ctl.Close()
-	return ctl.State()
-}
 
 // waitSteering waits until every node's pins say steering (want) or fall
 // back (!want), and returns how long that took.
@@ -46,7 +35,7 @@ func waitNodeSteering(t *testing.T, n lab.Node, want bool, timeout time.Duration
 	start := time.Now()
 	var last string
 	for {
-		st, err := steering(n)
+		st, err := lab.KubeletSteering(n)
 		if err == nil && st.Steering() == want {
 			return time.Since(start)
 		}

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/skewgate/skewgate/agent"
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/lab/labtest"
 )
@@ -208,34 +207,10 @@ func serverVersion(t *testing.T, n lab.Node) string {
 
 // waitPods waits until exactly n pods match selector in kube-system, each
 // Ready and not terminating.
-func waitPods(t *testing.T, c kubernetes.Interface, selector string, n int, timeout time.Duration) {
+func waitPods(t *testing.T, _ kubernetes.Interface, selector string, n int, timeout time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var detail string
-	for {
-		pods, err := c.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err == nil {
-			ready := 0
-			var b strings.Builder
-			for _, p := range pods.Items {
-				for _, cond := range p.Status.Conditions {
-					if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
-						ready++
-					}
-				}
-				fmt.Fprintf(&b, "%s on %s: %s %+v\n", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses)
-			}
-			if ready == n && len(pods.Items) == n {
-				return
-			}
-			detail = b.String()
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("pods %s not Ready in %s:\n%s", selector, timeout, detail)
-		case <-time.After(250 * time.Millisecond):
-		}
+	if err := plane.WaitPods(context.Background(), "kube-system", selector, n, timeout); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -246,7 +221,7 @@ func waitSteering(t *testing.T, want bool, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	for _, n := range plane.Spec.Nodes {
 		for {
-			st, err := steering(n)
+			st, err := lab.KubeletSteering(n)
 			if err == nil && st.Steering() == want {
 				break
 			}
@@ -256,15 +231,6 @@ func waitSteering(t *testing.T, want bool, timeout time.Duration) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-}
-
-func steering(n lab.Node) (agent.State, error) {
-	ctl, err := agent.OpenControl(lab.KubeletPinPath(n))
-	if err != nil {
-		return agent.State{}, err
-	}
-	defer ctl.Close()
-	return ctl.State()
 }
 
 func want(t *testing.T, n lab.Node, code int, route, how string) {

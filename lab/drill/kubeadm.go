@@ -1,0 +1,129 @@
+package drill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/skewgate/skewgate/lab"
+)
+
+// stepTimeout bounds one operator step on kubeadm (kubeadm's own waits
+// are longer; a step that takes this long has failed).
+const stepTimeout = 5 * time.Minute
+
+// deploySkewgate installs skewgate as a user does on the kubeadm lab: its
+// image into every node's containerd, the DaemonSet of deploy/kubernetes
+// (with --steering-mode=always for ModeSkewgate), and for
+// ModeSkewgateArmed the cluster's switch armed before the upgrade. It
+// returns once every pod is Ready and, where armed, every node steers.
+func deploySkewgate(ctx context.Context, plane *lab.Plane, o Options, mode string) error {
+	if o.Image == "" || o.ImageTag == "" {
+		return errors.New("the kubeadm drill runs skewgate's DaemonSet: it needs its image archive and tag (make image)")
+	}
+	t0 := time.Now()
+	if err := plane.ImportImage(ctx, o.Image); err != nil {
+		return err
+	}
+	var args []string
+	if skewgateModes[mode] == "always" {
+		args = append(args, "--steering-mode=always")
+	}
+	base := filepath.Join(filepath.Dir(o.MonitoringDir), "kubernetes")
+	if _, err := plane.ApplyKustomize(ctx, base, "skewgate", o.ImageTag, args...); err != nil {
+		return err
+	}
+	if err := plane.WaitPods(ctx, "kube-system", "app.kubernetes.io/name=skewgate", len(plane.Spec.Nodes), 3*time.Minute); err != nil {
+		return err
+	}
+	if mode == ModeSkewgateArmed {
+		c, err := plane.AdminClient(plane.Spec.Nodes[0])
+		if err != nil {
+			return err
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "skewgate"}, Data: map[string]string{"steering": "always"}}
+		if _, err := c.CoreV1().ConfigMaps("kube-system").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("arm: %w", err)
+		}
+	}
+	if skewgateModes[mode] == "always" || mode == ModeSkewgateArmed {
+		if err := waitSteering(ctx, plane, 30*time.Second); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(o.Progress, "drill:   skewgate's DaemonSet ready in %s\n", time.Since(t0).Round(100*time.Millisecond))
+	return nil
+}
+
+// waitSteering waits until every node's pins say steering is on.
+func waitSteering(ctx context.Context, plane *lab.Plane, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for _, n := range plane.Spec.Nodes {
+		for {
+			st, err := lab.KubeletSteering(n)
+			if err == nil && st.Steering() {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: not steering after %s: %v", n.Name, timeout, err)
+			}
+			if !sleep(ctx, 100*time.Millisecond) {
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// moveKubeadm runs step s as the kubeadm documentation has the operator
+// run it: `kubeadm upgrade apply` on the first node of the new version,
+// `kubeadm upgrade node` on the others, the kubelet after its control
+// plane; a rollback restores kubeadm's backups. Meanwhile presence follows
+// the node's apiserver as clients see it: away from its first failed
+// /readyz, back with the version it then serves.
+func moveKubeadm(ctx context.Context, plane *lab.Plane, s step, pres *presence, pc *http.Client) error {
+	fctx, stop := context.WithCancel(ctx)
+	followed := make(chan struct{})
+	go func() { defer close(followed); follow(fctx, plane, s.node, pres, pc) }()
+	defer func() { stop(); <-followed }()
+	switch {
+	case s.kubelet:
+		return plane.SetKubelet(ctx, s.node, s.version, stepTimeout)
+	case s.version == lab.NewVersion:
+		apply := !slices.ContainsFunc(plane.Spec.Nodes, func(n lab.Node) bool { return n.Version == s.version })
+		return plane.KubeadmUpgrade(ctx, s.node, s.version, apply)
+	}
+	return plane.KubeadmRollback(ctx, s.node, s.version, stepTimeout)
+}
+
+// follow polls node's /readyz every 250 ms until ctx ends, marking it
+// away in pres at its first failure and back, with the version it serves,
+// when it passes again.
+func follow(ctx context.Context, plane *lab.Plane, node string, pres *presence, pc *http.Client) {
+	n, _ := plane.Node(node)
+	live := true
+	for ctx.Err() == nil {
+		_, err := get(ctx, pc, n.URL()+"/readyz", "")
+		switch {
+		case err != nil && live:
+			pres.down(node, time.Now())
+			live = false
+		case err == nil && !live:
+			if v, err := serverVersion(ctx, pc, n); err == nil {
+				// What a version serves is learned once, from its
+				// first server up.
+				_ = pres.learn(ctx, pc, n.URL(), v)
+				pres.up(node, v)
+				live = true
+			}
+		}
+		sleep(ctx, 250*time.Millisecond)
+	}
+}

@@ -1,0 +1,235 @@
+package drill
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/skewgate/skewgate/lab"
+)
+
+// What users lose, not only what they see: on the kubeadm lab the real
+// kube-controller-manager runs the garbage collector and the namespace
+// controller through whichever apiserver its kubeconfig names (kubeadm's:
+// the node's own address). A false 404 for an owner's type makes the
+// garbage collector delete its dependents; a discovery that lacks a type
+// makes the namespace controller finish a namespace whose objects of that
+// type stay in etcd, or keeps the namespace terminating.
+
+// gcNamespace holds the owned pairs; the drill never deletes it.
+const gcNamespace = "drill-gc"
+
+// Loss is what one mode's run lost, counted after the drill settled.
+type Loss struct {
+	// Pairs are the owners (workloads, a type only v1.36 serves) created
+	// with a dependent configmap each.
+	Pairs int
+	// GCDeleted are dependents gone although their owner exists: the
+	// garbage collector deleted them.
+	GCDeleted []string
+	// Namespaces were deleted during the drill, each holding an owned
+	// pair; Stuck still exist (terminating) after the settle time, each
+	// with the namespace controller's conditions that are true.
+	Namespaces int
+	Stuck      []string
+	// Orphans are etcd keys of objects in a namespace that no longer
+	// exists, by resource; OrphanKeys the first few.
+	Orphans    map[string]int
+	OrphanKeys []string
+	// Settled is how long the drill waited before counting.
+	Settled time.Duration
+	Err     string
+}
+
+// OrphanCount sums Orphans.
+func (l *Loss) OrphanCount() int {
+	n := 0
+	for _, c := range l.Orphans {
+		n += c
+	}
+	return n
+}
+
+// losses records what the workload created and deleted, to be counted
+// after the drill.
+type losses struct {
+	mu         sync.Mutex
+	pairs      []pair
+	namespaces []string
+}
+
+type pair struct{ owner, dependent string }
+
+func (l *losses) addPair(p pair) {
+	l.mu.Lock()
+	l.pairs = append(l.pairs, p)
+	l.mu.Unlock()
+}
+
+func (l *losses) deleted(ns string) {
+	l.mu.Lock()
+	l.namespaces = append(l.namespaces, ns)
+	l.mu.Unlock()
+}
+
+// createPair creates a workload owner and a configmap it owns in ns, and
+// reports whether both exist.
+func createPair(ctx context.Context, dyn dynamic.Interface, ns string, n int) (pair, bool) {
+	p := pair{owner: fmt.Sprintf("gc-owner-%d", n), dependent: fmt.Sprintf("gc-dep-%d", n)}
+	owner, err := dyn.Resource(workloads).Namespace(ns).Create(ctx, workload(p.owner), metav1.CreateOptions{})
+	if err != nil {
+		return p, false
+	}
+	dep := configMap(p.dependent)
+	dep.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: workloads.GroupVersion().String(), Kind: "Workload", Name: owner.GetName(), UID: owner.GetUID()}})
+	_, err = dyn.Resource(configMaps).Namespace(ns).Create(ctx, dep, metav1.CreateOptions{})
+	return p, err == nil
+}
+
+// owners creates an owned pair in gcNamespace every 2 s; outside the
+// window (no server serves workloads) the owner's create fails and
+// nothing is recorded.
+func (c clients) owners(ctx context.Context) {
+	dyn, err := c.dynamic()
+	if err != nil {
+		return
+	}
+	nsObj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": gcNamespace}}}
+	for ctx.Err() == nil {
+		if _, err := dyn.Resource(namespaces).Create(ctx, nsObj, metav1.CreateOptions{}); err == nil || strings.Contains(err.Error(), "already exists") {
+			break
+		}
+		sleep(ctx, time.Second)
+	}
+	for n := 0; ctx.Err() == nil; n++ {
+		if p, ok := createPair(ctx, dyn, gcNamespace, n); ok {
+			c.loss.addPair(p)
+		}
+		sleep(ctx, 2*time.Second)
+	}
+}
+
+var namespaces = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+
+// count waits settle, then counts what was lost: etcd's keys, read
+// directly (a rolled-back plane serves no workloads), and the deleted
+// namespaces that still exist.
+func (l *losses) count(ctx context.Context, plane *lab.Plane, settle time.Duration) *Loss {
+	sleep(ctx, settle)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := &Loss{Pairs: len(l.pairs), Namespaces: len(l.namespaces), Orphans: map[string]int{}, Settled: settle}
+	keys, err := etcdKeys(ctx, plane, "/registry/")
+	if err != nil {
+		out.Err = err.Error()
+		return out
+	}
+	have := map[string]bool{}
+	for _, k := range keys {
+		have[k] = true
+	}
+	owner := func(name string) bool {
+		return slices.ContainsFunc(keys, func(k string) bool {
+			return strings.HasSuffix(k, "/"+gcNamespace+"/"+name) && !strings.HasPrefix(k, "/registry/configmaps/")
+		})
+	}
+	for _, p := range l.pairs {
+		if !have["/registry/configmaps/"+gcNamespace+"/"+p.dependent] && owner(p.owner) {
+			out.GCDeleted = append(out.GCDeleted, p.dependent)
+		}
+	}
+	c, err := plane.AdminClient(plane.Spec.Nodes[0])
+	if err != nil {
+		out.Err = err.Error()
+		return out
+	}
+	for _, ns := range l.namespaces {
+		got, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err == nil {
+			why := []string{}
+			for _, cond := range got.Status.Conditions {
+				if cond.Status == "True" {
+					why = append(why, string(cond.Type)+": "+cond.Message)
+				}
+			}
+			out.Stuck = append(out.Stuck, ns+" ("+strings.Join(why, "; ")+")")
+			continue
+		}
+		for _, k := range keys {
+			if res, ok := inNamespace(k, ns); ok {
+				out.Orphans[res]++
+				if len(out.OrphanKeys) < 5 {
+					out.OrphanKeys = append(out.OrphanKeys, k)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// inNamespace reports whether etcd key k is an object in namespace ns
+// (/registry/<resource>/<ns>/<name>, or /registry/<group>/<resource>/<ns>/<name>),
+// and its resource.
+func inNamespace(k, ns string) (string, bool) {
+	parts := strings.Split(strings.TrimPrefix(k, "/registry/"), "/")
+	if len(parts) < 3 || parts[len(parts)-2] != ns {
+		return "", false
+	}
+	return strings.Join(parts[:len(parts)-2], "/"), true
+}
+
+// etcdKeys lists the keys under prefix from the first node's stacked
+// etcd, through etcd's gRPC gateway with kubeadm's health-check client
+// certificate (as `etcdctl get --prefix --keys-only` would).
+func etcdKeys(ctx context.Context, plane *lab.Plane, prefix string) ([]string, error) {
+	n := plane.Spec.Nodes[0]
+	pki := filepath.Join(plane.KubeadmDir(n), "pki", "etcd")
+	c, err := (&lab.PKI{CAFile: filepath.Join(pki, "ca.crt")}).HTTPClient(lab.KeyPair{
+		CertFile: filepath.Join(pki, "healthcheck-client.crt"), KeyFile: filepath.Join(pki, "healthcheck-client.key")})
+	if err != nil {
+		return nil, err
+	}
+	end := []byte(prefix)
+	end[len(end)-1]++
+	body, _ := json.Marshal(map[string]any{"key": base64.StdEncoding.EncodeToString([]byte(prefix)),
+		"range_end": base64.StdEncoding.EncodeToString(end), "keys_only": true})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("https://%s:2379/v3/kv/range", n.IP), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("etcd range %s: %w", prefix, err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Kvs []struct {
+			Key string `json:"key"`
+		} `json:"kvs"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil, fmt.Errorf("etcd range %s: %w", prefix, err)
+	}
+	keys := make([]string, 0, len(r.Kvs))
+	for _, kv := range r.Kvs {
+		k, err := base64.StdEncoding.DecodeString(kv.Key)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, string(k))
+	}
+	return keys, nil
+}
