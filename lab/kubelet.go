@@ -241,6 +241,9 @@ func waitNodeReady(ctx context.Context, c kubernetes.Interface, name string) err
 	detail := "not registered"
 	for {
 		node, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil && ctx.Err() == nil {
+			detail = "not registered: " + err.Error() // the last error says why (not found, or the apiserver asked)
+		}
 		if err == nil {
 			detail = "not Ready"
 			for _, cond := range node.Status.Conditions {
