@@ -121,15 +121,7 @@ kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false
-# Evictions that never fire on a busy build machine.
-evictionHard:
-  memory.available: 1Mi
-  nodefs.available: 1%
-  nodefs.inodesFree: 1%
-  imagefs.available: 1%
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-serializeImagePulls: false
+` + quietKubelet + `serializeImagePulls: false
 resolvConf: ""
 `
 

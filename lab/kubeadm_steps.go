@@ -2,9 +2,7 @@ package lab
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -178,13 +176,11 @@ func (p *Plane) waitAPIServerVersion(ctx context.Context, n Node, version string
 		ok, detail := ready(ctx)
 		last = detail
 		if ok {
-			code, body, err := get(ctx, c, n.URL()+"/version")
-			var v struct{ GitVersion string }
-			if err == nil && code == http.StatusOK && json.Unmarshal([]byte(body), &v) == nil {
-				if v.GitVersion == version {
+			if v, err := ServerVersion(ctx, c, n); err == nil {
+				if v == version {
 					return nil
 				}
-				last = "serving " + v.GitVersion
+				last = "serving " + v
 			}
 		}
 		select {

@@ -146,6 +146,18 @@ const loopbackConflist = `{"cniVersion": "1.0.0", "name": "skewlab-loopback", "p
 // cniBinDir is where Debian's containernetworking-plugins puts loopback.
 const cniBinDir = "/usr/lib/cni"
 
+// quietKubelet is the part of every lab kubelet's configuration that
+// keeps evictions and image garbage collection from firing on a busy
+// build machine.
+const quietKubelet = `evictionHard:
+  memory.available: 1Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+`
+
 // kubeletConfig is one node's KubeletConfiguration: cgroupfs on the
 // host's cgroup v1 hybrid, every path and cgroup the lab's own, evictions
 // that never fire on a busy build machine.
@@ -171,14 +183,7 @@ authorization:
 registerWithTaints:
   - key: node-role.kubernetes.io/control-plane
     effect: NoSchedule
-evictionHard:
-  memory.available: 1Mi
-  nodefs.available: 1%
-  nodefs.inodesFree: 1%
-  imagefs.available: 1%
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-resolvConf: ""
+` + quietKubelet + `resolvConf: ""
 serializeImagePulls: false
 # kubeadm's /etc/kubernetes/manifests: skewgate's static-pod form.
 staticPodPath: {{.Dir}}/manifests

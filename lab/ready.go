@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/version"
 )
 
 // readyCheck reports whether a process is ready, and if not, why.
@@ -97,6 +100,22 @@ func get(ctx context.Context, c *http.Client, url string) (int, string, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	return resp.StatusCode, string(body), err
+}
+
+// ServerVersion is the gitVersion node n's apiserver reports on /version.
+func ServerVersion(ctx context.Context, c *http.Client, n Node) (string, error) {
+	code, body, err := get(ctx, c, n.URL()+"/version")
+	if err != nil {
+		return "", err
+	}
+	if code != http.StatusOK {
+		return "", fmt.Errorf("%s/version: %d %s", n.URL(), code, body)
+	}
+	var v version.Info
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		return "", fmt.Errorf("%s/version: %w", n.URL(), err)
+	}
+	return v.GitVersion, nil
 }
 
 // AdminHTTPClient is an HTTP client that trusts the lab CA and presents the

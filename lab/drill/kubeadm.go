@@ -116,7 +116,7 @@ func follow(ctx context.Context, plane *lab.Plane, node string, pres *presence, 
 			pres.down(node, time.Now())
 			live = false
 		case err == nil && !live:
-			if v, err := serverVersion(ctx, pc, n); err == nil {
+			if v, err := lab.ServerVersion(ctx, pc, n); err == nil {
 				// What a version serves is learned once, from its
 				// first server up.
 				_ = pres.learn(ctx, pc, n.URL(), v)

@@ -11,8 +11,6 @@ import (
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-
-	"github.com/skewgate/skewgate/lab"
 )
 
 // grace is how long a server that left still counts as serving what it
@@ -151,14 +149,4 @@ func get(ctx context.Context, c *http.Client, url, accept string) ([]byte, error
 		return nil, fmt.Errorf("%s: %s: %s", url, resp.Status, body)
 	}
 	return body, nil
-}
-
-// serverVersion is node n's /version.
-func serverVersion(ctx context.Context, c *http.Client, n lab.Node) (string, error) {
-	body, err := get(ctx, c, n.URL()+"/version", "")
-	if err != nil {
-		return "", err
-	}
-	var v struct{ GitVersion string }
-	return v.GitVersion, json.Unmarshal(body, &v)
 }

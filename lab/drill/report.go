@@ -150,15 +150,21 @@ func WriteReport(w io.Writer, results []*Result, o Options, command string, imag
 
 // writeSwapIntro says what the drill on the binary-swap lab did.
 func writeSwapIntro(w io.Writer, o Options, command string) {
-	fmt.Fprintf(w, "Written by `%s` on %s (%s/%s, %d CPUs); regenerate it by running that again. "+
-		"Three nodes start at v1.35.4 and are upgraded one at a time to v1.36.3, each after the previous is ready, then rolled back one at a time. "+
+	writtenBy(w, command)
+	fmt.Fprintf(w, "Three nodes start at v1.35.4 and are upgraded one at a time to v1.36.3, each after the previous is ready, then rolled back one at a time. "+
 		"node-b's apiserver is held down %s in its upgrade (a slow image pull). A load balancer spreads the workload's connections over the nodes whose `/readyz` passes: "+
 		"informers (list + watch) on configmaps, `scheduling.k8s.io/v1alpha2` workloads and `admissionregistration.k8s.io/v1` mutatingadmissionpolicies "+
 		"(both only on v1.36; diffing the two versions' discovery finds nothing only on v1.35), creates/updates/deletes, lists and gets, "+
 		"discovery refreshes as kubectl does them, and a namespace deleted as the namespace controller does (discovery, then deletecollection of every namespaced resource). "+
 		"Beside them, one **pinned client per node** talks to that node's own address on one kept connection, as kube-controller-manager, kube-scheduler and "+
 		"kubeadm's local-mode kubelets do: lists, creates and deletes of configmaps and lists of workloads, ten a second, through the node's own restart.\n\n",
-		command, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), o.Hold)
+		o.Hold)
+}
+
+// writtenBy opens a report's introduction: what wrote it, when, where.
+func writtenBy(w io.Writer, command string) {
+	fmt.Fprintf(w, "Written by `%s` on %s (%s/%s, %d CPUs); regenerate it by running that again. ",
+		command, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 }
 
 // causes renders a tally's 503s by cause.

@@ -3,17 +3,15 @@ package drill
 import (
 	"fmt"
 	"io"
-	"runtime"
 	"strings"
-	"time"
 
 	"github.com/skewgate/skewgate/lab"
 )
 
 // writeKubeadmIntro says what the drill on the kubeadm lab did.
 func writeKubeadmIntro(w io.Writer, o Options, command string) {
-	fmt.Fprintf(w, "Written by `%s` on %s (%s/%s, %d CPUs); regenerate it by running that again. "+
-		"The plane is built and upgraded by kubeadm itself ([kubeadm-lab.md](kubeadm-lab.md)): three control-plane nodes, `kubeadm init` on node-a and "+
+	writtenBy(w, command)
+	fmt.Fprintf(w, "The plane is built and upgraded by kubeadm itself ([kubeadm-lab.md](kubeadm-lab.md)): three control-plane nodes, `kubeadm init` on node-a and "+
 		"`kubeadm join --control-plane` on node-b and node-c at v1.35.4, stacked etcd, every component a static pod run by the node's kubelet, "+
 		"a `controlPlaneEndpoint` VIP on node-a. The upgrade is the one of kubeadm's documentation: the `scheduling.k8s.io/v1alpha2` runtime-config and the "+
 		"`GenericWorkload` gate added to `apiServer.extraArgs` of the `kubeadm-config` ClusterConfiguration, `kubeadm upgrade apply %s` on node-a, "+
@@ -27,7 +25,6 @@ func writeKubeadmIntro(w io.Writer, o Options, command string) {
 		"on one kept connection. The cluster's own **kube-controller-manager and kube-scheduler** (static pods of each node's version, through the node's "+
 		"own address as kubeadm's kubeconfigs name it) run throughout: their requests are not in the counts below, what their garbage collector and "+
 		"namespace controller do is (*What users lose*). skewgate runs as users run it: the DaemonSet of `deploy/kubernetes` on kubeadm's PKI.\n\n",
-		command, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(),
 		lab.NewVersion, lab.NewVersion, lab.NewVersion, lab.OldVersion, o.Steady)
 }
 

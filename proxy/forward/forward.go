@@ -468,6 +468,9 @@ func callerBody(req *http.Request) *bodyReader {
 		return nil
 	}
 	b := &bodyReader{src: req.Body}
+	if req.ContentLength > 0 && req.ContentLength <= MaxReplay {
+		b.kept = make([]byte, 0, req.ContentLength) // one allocation for the copy
+	}
 	req.Body, _ = b.open()
 	req.GetBody = b.open
 	return b

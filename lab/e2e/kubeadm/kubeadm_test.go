@@ -40,7 +40,7 @@ func TestKubeadm(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("kubectl apply -k:\n%s", out)
-		waitPods(t, c, "app.kubernetes.io/name=skewgate", len(plane.Spec.Nodes), 3*time.Minute)
+		waitPods(t, "app.kubernetes.io/name=skewgate", len(plane.Spec.Nodes), 3*time.Minute)
 		t.Logf("DaemonSet on kubeadm's PKI: pods Ready in %s", time.Since(t0).Round(100*time.Millisecond))
 		// Mode auto, the DaemonSet's default, on one version: nothing to
 		// fix, nothing in the path.
@@ -74,7 +74,7 @@ func TestKubeadm(t *testing.T) {
 		if img := pod.Spec.Containers[0].Image; img != "registry.k8s.io/kube-apiserver:"+lab.NewVersion {
 			t.Errorf("%s's static pod runs %s", a.Name, img)
 		}
-		waitPods(t, c, "app.kubernetes.io/name=skewgate", len(plane.Spec.Nodes), time.Minute)
+		waitPods(t, "app.kubernetes.io/name=skewgate", len(plane.Spec.Nodes), time.Minute)
 	})
 	if t.Failed() {
 		t.FailNow()
@@ -193,21 +193,16 @@ func admin(t *testing.T) kubernetes.Interface {
 
 func serverVersion(t *testing.T, n lab.Node) string {
 	t.Helper()
-	resp, err := labtest.FreshClient(t, plane).Get(n.URL() + "/version")
+	v, err := lab.ServerVersion(context.Background(), labtest.FreshClient(t, plane), n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var v struct{ GitVersion string }
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		t.Fatal(err)
-	}
-	return v.GitVersion
+	return v
 }
 
 // waitPods waits until exactly n pods match selector in kube-system, each
 // Ready and not terminating.
-func waitPods(t *testing.T, _ kubernetes.Interface, selector string, n int, timeout time.Duration) {
+func waitPods(t *testing.T, selector string, n int, timeout time.Duration) {
 	t.Helper()
 	if err := plane.WaitPods(context.Background(), "kube-system", selector, n, timeout); err != nil {
 		t.Fatal(err)
