@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sync"
@@ -49,7 +50,7 @@ func (l *restartLoad) note(write bool, code int, route string, err error) {
 	if err != nil {
 		key = "error"
 	}
-	failed := err != nil || code >= 500 || code == http.StatusNotFound
+	failed := err != nil || code >= 500 && route != shuttingDown || code == http.StatusNotFound
 	if write {
 		l.writes[key]++
 		if failed {
@@ -129,6 +130,21 @@ func localRestart(t *testing.T, stop func() error, graceful bool) {
 	}
 }
 
+// shuttingDown is the outcome of a request a kube-apiserver refused as it
+// began to shut down: its own 503 "apiserver is shutting down" with
+// Retry-After, answered before any handler ran (WithWaitGroup), which
+// client-go sends again after a second. Counted apart, not as a failure.
+const shuttingDown = "refused at shutdown, retry"
+
+// refusedAtShutdown reports whether resp is that 503; it reads the body.
+func refusedAtShutdown(resp *http.Response) bool {
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		return false
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	return bytes.Contains(body, []byte("apiserver is shutting down"))
+}
+
 func sum(m map[string]int) int {
 	n := 0
 	for _, v := range m {
@@ -184,9 +200,13 @@ func pinnedLoad(ctx context.Context, c *http.Client, url, prefix string, wg *syn
 					load.note(write, 0, "", err)
 					return
 				}
+				route := resp.Header.Get("X-Skewgate-Route")
+				if refusedAtShutdown(resp) {
+					route = shuttingDown
+				}
 				resp.Body.Close()
 				code = resp.StatusCode
-				load.note(write, resp.StatusCode, resp.Header.Get("X-Skewgate-Route"), nil)
+				load.note(write, resp.StatusCode, route, nil)
 			}(i, created)
 		}
 	}()
