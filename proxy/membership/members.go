@@ -47,6 +47,13 @@ type Config struct {
 	// WindowHold is how long the skew window stays open after the members
 	// last differed (default 10 minutes).
 	WindowHold time.Duration
+	// WindowDebounce is how long the members' built-in types must differ
+	// (with their versions alike) before the window opens (default 30 s).
+	WindowDebounce time.Duration
+	// UpgradeSignal, if set, reports whether a node's apiserver upgrade or
+	// rollback has begun (its static-pod manifest names another version),
+	// and why: the window opens at once while it does.
+	UpgradeSignal func() (on bool, reason string)
 	// OnChange, if set, is called after every published table change.
 	OnChange func()
 	// PeerMaxInFlight bounds the short requests in flight to each peer
@@ -72,6 +79,7 @@ func (c *Config) defaults() {
 	set(&c.MissRefreshInterval, 5*time.Second)
 	set(&c.DepartGrace, 5*time.Minute)
 	set(&c.WindowHold, 10*time.Minute)
+	set(&c.WindowDebounce, 30*time.Second)
 	if c.PeerMaxInFlight == 0 {
 		c.PeerMaxInFlight = 400
 	}

@@ -7,14 +7,26 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/kubernetes/scheme"
+
 	"github.com/skewgate/skewgate/proxy/discovery"
 	"github.com/skewgate/skewgate/proxy/route"
 )
 
-// Window is the skew window: open from the moment the members differ —
-// in version, in what they serve, or because one is away, unknown, gone
-// within the grace or back serving less — until they have agreed for the
-// hold time. Steering mode auto steers only while it is open.
+// Window is the skew window: open while an upgrade or a rollback is under
+// way — the members' versions differ, what their binaries serve differs
+// (for longer than the debounce), or a node's apiserver upgrade has begun
+// (the upgrade signal) — and for the hold time after. Steering mode auto
+// steers only while it is open.
+//
+// A member that is away, slow, unknown, unreachable from this node or
+// gone is not an upgrade: rule 3a serves its node's clients without a
+// window, and opening one for every readyz blip, certificate-renewal
+// restart or partition would move every client of every node onto the hop
+// for the hold time. Nor are CRDs or APIService-backed groups: every
+// server serves them from the same etcd and the same aggregator
+// configuration, and each server's discovery learns of a change at its
+// own instant.
 type Window struct {
 	Open bool
 	// Reason says which members differ (or differed, within the hold).
@@ -24,86 +36,116 @@ type Window struct {
 	Until time.Time
 }
 
-// skewWatch remembers the last skew seen.
+// skew is what one published table says about an upgrade.
+type skew struct {
+	// versions names the members' differing versions; a version is read
+	// from the running binary, so it never differs for a routine reason.
+	versions string
+	// serves names a built-in resource some members list and others do
+	// not; it counts once it has lasted the debounce, because a server
+	// that just started may list its groups in more than one read.
+	serves string
+}
+
+// skewWatch remembers the skew seen, for the window.
 type skewWatch struct {
-	mu     sync.Mutex
-	now    bool      // the members differ at the last publish
-	reason string    // why, then or last
-	last   time.Time // when they last differed
-	open   bool      // the window as last reported, for logging changes
-	ready  bool      // the members were ready once: skew counts from then
+	mu          sync.Mutex
+	cur         skew
+	servesSince time.Time // when cur.serves began
+	reason      string    // why the window is (or was last) open
+	last        time.Time // when a counted difference was last seen
+	open        bool      // the window as last reported, for logging changes
+	ready       bool      // the members were ready once: skew counts from then
+}
+
+// windowRules are the window's durations.
+type windowRules struct {
+	hold, debounce time.Duration
+}
+
+// note records the skew a publish saw at now.
+func (w *skewWatch) note(s skew, now time.Time) {
+	if s.serves != "" && w.cur.serves == "" {
+		w.servesSince = now
+	}
+	w.cur = s
+}
+
+// at is the window at now, given the upgrade signal's reason ("" when
+// off). It records a counted difference as seen at now.
+func (w *skewWatch) at(now time.Time, r windowRules, signal string) Window {
+	var why []string
+	if signal != "" {
+		why = append(why, signal)
+	}
+	if w.cur.versions != "" {
+		why = append(why, w.cur.versions)
+	}
+	if w.cur.serves != "" && now.Sub(w.servesSince) >= r.debounce {
+		why = append(why, w.cur.serves)
+	}
+	if len(why) > 0 {
+		w.reason, w.last = strings.Join(why, "; "), now
+		return Window{Open: true, Reason: w.reason}
+	}
+	if !w.last.IsZero() && now.Before(w.last.Add(r.hold)) {
+		return Window{Open: true, Reason: w.reason, Until: w.last.Add(r.hold)}
+	}
+	return Window{Reason: w.reason}
 }
 
 // Window returns the skew window now.
 func (m *Members) Window() Window {
+	signal := ""
+	if m.cfg.UpgradeSignal != nil {
+		if on, why := m.cfg.UpgradeSignal(); on {
+			signal = "upgrade under way: " + why
+		}
+	}
 	w := &m.skew
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	now := time.Now()
-	out := Window{Reason: w.reason}
-	switch {
-	case w.now:
-		out.Open = true
-	case !w.last.IsZero() && now.Before(w.last.Add(m.cfg.WindowHold)):
-		out.Open, out.Until = true, w.last.Add(m.cfg.WindowHold)
-	}
+	out := w.at(time.Now(), windowRules{hold: m.cfg.WindowHold, debounce: m.cfg.WindowDebounce}, signal)
 	if out.Open != w.open {
 		w.open = out.Open
 		if out.Open {
 			m.cfg.Log.Info("skew window opened", "reason", out.Reason)
 		} else {
-			m.cfg.Log.Info("skew window closed: the apiservers agreed for the hold time", "hold", m.cfg.WindowHold, "last", w.reason)
+			m.cfg.Log.Info("skew window closed: no upgrade for the hold time", "hold", m.cfg.WindowHold, "last", w.reason)
 		}
 	}
 	return out
 }
 
 // noteSkew records what the table just published says about skew.
-func (m *Members) noteSkew(reason string, now time.Time) {
+func (m *Members) noteSkew(s skew, now time.Time) {
 	w := &m.skew
 	if !w.ready {
-		// Before every member was probed and read, everything is
-		// "unknown": that is no skew, and must not hold a window open
-		// after every start of skewgate. (Steering waits for Ready.)
+		// Before every member was probed and read, versions and
+		// capabilities are partly unknown: no skew counts yet.
 		if m.Ready() != nil {
 			return
 		}
 		w.ready = true
 	}
 	w.mu.Lock()
-	w.now = reason != ""
-	if w.now {
-		w.reason, w.last = reason, now
-	}
+	w.note(s, now)
 	w.mu.Unlock()
 	m.Window() // logs a change at once
 }
 
-// skewOf says why the members differ, or "" when they agree: every
-// member's version is known and the same, every member's discovery is
-// read, current and lists the same resources, and none is away.
-func skewOf(t *route.Table, statuses map[string]Status) string {
+// skewOf says how the members differ, if they do: in the versions of the
+// members not departed, and in the built-in resources of those whose
+// discovery is known.
+func skewOf(t *route.Table, statuses map[string]Status) skew {
 	servers := append([]route.Server{t.Local}, t.Peers...)
-	var why []string
-	for _, s := range servers {
-		st := statuses[s.ID]
-		switch {
-		case s.Departed:
-			why = append(why, s.ID+" left within the grace")
-		case !st.Healthy:
-			why = append(why, s.ID+" is away")
-		case s.Unknown || s.Caps == nil:
-			why = append(why, s.ID+"'s discovery is not known yet")
-		case s.Lost != nil:
-			why = append(why, s.ID+" came back serving less")
-		}
-	}
 	versions := map[string][]string{}
 	for _, s := range servers {
 		if v := statuses[s.ID].Version; v != "" && !s.Departed {
 			versions[v] = append(versions[v], s.ID)
 		}
 	}
+	var out skew
 	if len(versions) > 1 {
 		var vs []string
 		for v, ids := range versions {
@@ -111,15 +153,14 @@ func skewOf(t *route.Table, statuses map[string]Status) string {
 			vs = append(vs, v+" on "+strings.Join(ids, ","))
 		}
 		slices.Sort(vs)
-		why = append(why, "versions differ: "+strings.Join(vs, "; "))
+		out.versions = "versions differ: " + strings.Join(vs, "; ")
 	}
-	if d := servesDiffer(servers); d != "" {
-		why = append(why, d)
-	}
-	return strings.Join(why, "; ")
+	out.serves = servesDiffer(servers)
+	return out
 }
 
-// servesDiffer names one resource some members list and others do not.
+// servesDiffer names one built-in resource some members list and others
+// do not, or "".
 func servesDiffer(servers []route.Server) string {
 	var known []route.Server
 	for _, s := range servers {
@@ -127,26 +168,31 @@ func servesDiffer(servers []route.Server) string {
 			known = append(known, s)
 		}
 	}
+	slices.SortFunc(known, func(a, b route.Server) int { return strings.Compare(a.ID, b.ID) })
 	for i, a := range known {
 		for _, b := range known[i+1:] {
 			if what := firstMissing(a.Caps, b.Caps); what != "" {
-				return fmt.Sprintf("what they serve differs: %s lists %s, %s does not", a.ID, what, b.ID)
+				return fmt.Sprintf("built-in types differ: %s lists %s, %s does not", a.ID, what, b.ID)
 			}
 			if what := firstMissing(b.Caps, a.Caps); what != "" {
-				return fmt.Sprintf("what they serve differs: %s lists %s, %s does not", b.ID, what, a.ID)
+				return fmt.Sprintf("built-in types differ: %s lists %s, %s does not", b.ID, what, a.ID)
 			}
 		}
 	}
 	return ""
 }
 
-// firstMissing is a group/version/resource a lists and b does not, or "".
+// firstMissing is a built-in group/version/resource a lists and b does
+// not, or "".
 func firstMissing(a, b route.Capabilities) string {
 	ca, ok := a.(*discovery.Capabilities)
 	if !ok {
 		return ""
 	}
 	for _, gv := range ca.GroupVersions() {
+		if !builtIn(gv.Group) {
+			continue
+		}
 		theirs := b.Resources(gv)
 		for _, r := range a.Resources(gv) {
 			if _, found := slices.BinarySearch(theirs, r); !found {
@@ -155,4 +201,20 @@ func firstMissing(a, b route.Capabilities) string {
 		}
 	}
 	return ""
+}
+
+// builtIn reports whether kube-apiserver's binary serves group itself:
+// the groups of client-go's scheme (every built-in group of the release
+// skewgate is built with, alpha ones included) and the two that
+// kube-apiserver's extension and aggregation layers serve. A group only a
+// newer release adds is not known here, but it comes with a version
+// difference, which opens the window by itself. CRD groups — even those
+// under k8s.io, such as gateway.networking.k8s.io — and APIService-backed
+// groups such as metrics.k8s.io are not built in.
+func builtIn(group string) bool {
+	switch group {
+	case "", "apiextensions.k8s.io", "apiregistration.k8s.io":
+		return true
+	}
+	return scheme.Scheme.IsGroupRegistered(group)
 }

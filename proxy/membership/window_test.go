@@ -1,0 +1,221 @@
+package membership
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+
+	"github.com/skewgate/skewgate/proxy/discovery"
+	"github.com/skewgate/skewgate/proxy/route"
+)
+
+// realDoc is the discovery a real kube-apiserver of version v served (the
+// discovery package's fixtures), with extra groups appended to /apis.
+func realDoc(t *testing.T, v string, extra ...apidiscoveryv2.APIGroupDiscovery) *discovery.Capabilities {
+	t.Helper()
+	read := func(name string) discovery.Endpoint {
+		data, err := os.ReadFile(filepath.Join("..", "discovery", "testdata", v+"-"+name+"-v2.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list apidiscoveryv2.APIGroupDiscoveryList
+		if err := json.Unmarshal(data, &list); err != nil {
+			t.Fatal(err)
+		}
+		return discovery.Endpoint{Items: list.Items, Format: discovery.FormatV2}
+	}
+	apis := read("apis")
+	apis.Items = append(append([]apidiscoveryv2.APIGroupDiscovery(nil), apis.Items...), extra...)
+	return discovery.NewCapabilities(&discovery.Doc{API: read("api"), APIs: apis})
+}
+
+// group is a one-version, one-resource group as discovery lists it.
+func group(name, version, resource string) apidiscoveryv2.APIGroupDiscovery {
+	g := apidiscoveryv2.APIGroupDiscovery{Versions: []apidiscoveryv2.APIVersionDiscovery{{Version: version,
+		Resources: []apidiscoveryv2.APIResourceDiscovery{{Resource: resource, Scope: apidiscoveryv2.ScopeNamespace, Verbs: []string{"get", "list"}}}}}}
+	g.Name = name
+	return g
+}
+
+// without is v's real discovery less one built-in group/version.
+func without(t *testing.T, v, groupName, version string) *discovery.Capabilities {
+	t.Helper()
+	var items []apidiscoveryv2.APIGroupDiscovery
+	data, err := os.ReadFile(filepath.Join("..", "discovery", "testdata", v+"-apis-v2.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list apidiscoveryv2.APIGroupDiscoveryList
+	if err := json.Unmarshal(data, &list); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range list.Items {
+		if g.Name != groupName {
+			items = append(items, g)
+			continue
+		}
+		var vs []apidiscoveryv2.APIVersionDiscovery
+		for _, ver := range g.Versions {
+			if ver.Version != version {
+				vs = append(vs, ver)
+			}
+		}
+		if len(vs) > 0 {
+			g.Versions = vs
+			items = append(items, g)
+		}
+	}
+	api, err := os.ReadFile(filepath.Join("..", "discovery", "testdata", v+"-api-v2.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var core apidiscoveryv2.APIGroupDiscoveryList
+	if err := json.Unmarshal(api, &core); err != nil {
+		t.Fatal(err)
+	}
+	return discovery.NewCapabilities(&discovery.Doc{API: discovery.Endpoint{Items: core.Items}, APIs: discovery.Endpoint{Items: items}})
+}
+
+// member is one server of a window case.
+type member struct {
+	id       string
+	version  string
+	caps     route.Capabilities
+	healthy  bool
+	departed bool
+}
+
+func table(ms ...member) (*route.Table, map[string]Status) {
+	t := &route.Table{}
+	st := map[string]Status{}
+	for i, m := range ms {
+		rs := route.Server{ID: m.id, Healthy: m.healthy, Departed: m.departed}
+		if c, ok := m.caps.(*discovery.Capabilities); !ok || c != nil {
+			rs.Caps = m.caps
+		}
+		rs.Unknown = rs.Caps == nil && !m.departed
+		if i == 0 {
+			t.SetLocal(rs)
+		} else {
+			t.Peers = append(t.Peers, rs)
+		}
+		st[m.id] = Status{ID: m.id, Healthy: m.healthy, Version: m.version, Local: i == 0}
+	}
+	return t, st
+}
+
+// TestWindowOpensForUpgradesOnly drives the window through the events of
+// a year on a control plane: only an upgrade, a rollback (a patch one
+// included) or the node's upgrade signal opens it; a difference in
+// built-in types counts once it lasted the debounce; nothing that a
+// server being away, unknown or gone, a CRD or an APIService does opens
+// it; it closes the hold time after the last difference.
+func TestWindowOpensForUpgradesOnly(t *testing.T) {
+	const a, b, c = "198.18.0.1:6443", "198.18.0.2:6443", "198.18.0.3:6443"
+	old, neu := realDoc(t, "v1.35.4"), realDoc(t, "v1.36.3")
+	crd := realDoc(t, "v1.35.4", group("monitoring.coreos.com", "v1", "servicemonitors"))
+	gatewayCRD := realDoc(t, "v1.35.4", group("gateway.networking.k8s.io", "v1", "gateways"))
+	metrics := realDoc(t, "v1.35.4", group("metrics.k8s.io", "v1beta1", "pods"))
+	lessBatch := without(t, "v1.35.4", "batch", "v1")
+	up := func(id, v string, caps route.Capabilities) member {
+		return member{id: id, version: v, caps: caps, healthy: true}
+	}
+	rules := windowRules{hold: 10 * time.Minute, debounce: 30 * time.Second}
+	type step struct {
+		after   time.Duration // since the case began
+		members []member
+		signal  string
+	}
+	cases := []struct {
+		name  string
+		steps []step
+		// open is the window after the last step; reason a substring of
+		// its reason when open.
+		open   bool
+		reason string
+	}{
+		{name: "one version, all healthy",
+			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old), up(c, "v1.35.4", old)}, ""}}},
+		{name: "a readyz blip: one server away for 3 s",
+			steps: []step{
+				{0, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, ""},
+				{time.Second, []member{up(a, "v1.35.4", old), {id: b, version: "v1.35.4", caps: old}}, ""},
+				{4 * time.Second, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, ""}}},
+		{name: "a peer unreachable from this node for as long as it lasts",
+			steps: []step{{0, []member{up(a, "v1.35.4", old), {id: b, version: "v1.35.4", caps: old}}, ""},
+				{time.Hour, []member{up(a, "v1.35.4", old), {id: b, version: "v1.35.4", caps: old}}, ""}}},
+		{name: "a certificate-renewal restart: gone, unknown, back on its version",
+			steps: []step{
+				{0, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, ""},
+				{time.Second, []member{up(a, "v1.35.4", old), {id: b, version: "v1.35.4", departed: true}}, ""},
+				{20 * time.Second, []member{up(a, "v1.35.4", old), {id: b, version: "v1.35.4", healthy: true}}, ""},
+				{25 * time.Second, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, ""}}},
+		{name: "a CRD in one server's cache before the other's",
+			steps: []step{{0, []member{up(a, "v1.35.4", crd), up(b, "v1.35.4", old)}, ""},
+				{time.Hour, []member{up(a, "v1.35.4", crd), up(b, "v1.35.4", old)}, ""}}},
+		{name: "a CRD under k8s.io (gateway API) on one server only",
+			steps: []step{{0, []member{up(a, "v1.35.4", gatewayCRD), up(b, "v1.35.4", old)}, ""},
+				{time.Hour, []member{up(a, "v1.35.4", gatewayCRD), up(b, "v1.35.4", old)}, ""}}},
+		{name: "an APIService available on one server, not yet on the other",
+			steps: []step{{0, []member{up(a, "v1.35.4", metrics), up(b, "v1.35.4", old)}, ""},
+				{time.Hour, []member{up(a, "v1.35.4", metrics), up(b, "v1.35.4", old)}, ""}}},
+		{name: "built-in types differ for less than the debounce (a server listing its groups as it starts)",
+			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", lessBatch)}, ""},
+				{10 * time.Second, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", lessBatch)}, ""},
+				{20 * time.Second, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, ""}}},
+		{name: "built-in types differ for longer than the debounce (a runtime-config change)",
+			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", lessBatch)}, ""},
+				{31 * time.Second, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", lessBatch)}, ""}},
+			open: true, reason: "built-in types differ: " + a + " lists batch/v1/"},
+		{name: "an upgrade: the first server back on the new version",
+			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, ""},
+				{time.Second, []member{up(a, "v1.35.4", old), {id: b, version: "v1.35.4", caps: old}}, ""},
+				{10 * time.Second, []member{up(a, "v1.35.4", old), up(b, "v1.36.3", neu)}, ""}},
+			open: true, reason: "versions differ: v1.35.4 on " + a + "; v1.36.3 on " + b},
+		{name: "the upgrade done: open for the hold",
+			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.36.3", neu)}, ""},
+				{time.Minute, []member{up(a, "v1.36.3", neu), up(b, "v1.36.3", neu)}, ""},
+				{9 * time.Minute, []member{up(a, "v1.36.3", neu), up(b, "v1.36.3", neu)}, ""}},
+			open: true, reason: "versions differ"},
+		{name: "the upgrade done: closed after the hold",
+			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.36.3", neu)}, ""},
+				{time.Minute, []member{up(a, "v1.36.3", neu), up(b, "v1.36.3", neu)}, ""},
+				{10*time.Minute + time.Second, []member{up(a, "v1.36.3", neu), up(b, "v1.36.3", neu)}, ""}}},
+		{name: "a rollback: one server back on the old version, serving less",
+			steps: []step{{0, []member{up(a, "v1.36.3", neu), up(b, "v1.36.3", neu)}, ""},
+				{time.Second, []member{up(a, "v1.36.3", neu), up(b, "v1.35.4", old)}, ""}},
+			open: true, reason: "versions differ"},
+		{name: "a patch upgrade: same types, another version",
+			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.35.5", old)}, ""}},
+			open: true, reason: "versions differ: v1.35.4 on " + a + "; v1.35.5 on " + b},
+		{name: "the node's upgrade signal, before any server stopped",
+			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, "node-a's manifest names v1.36.3"}},
+			open: true, reason: "node-a's manifest names v1.36.3"},
+		{name: "a version not read yet is no difference",
+			steps: []step{{0, []member{up(a, "v1.35.4", old), {id: b, healthy: true, caps: old}}, ""}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var w skewWatch
+			t0 := time.Unix(1_800_000_000, 0)
+			var got Window
+			for _, s := range tc.steps {
+				now := t0.Add(s.after)
+				tab, st := table(s.members...)
+				w.note(skewOf(tab, st), now)
+				got = w.at(now, rules, s.signal)
+			}
+			if got.Open != tc.open {
+				t.Fatalf("window open=%t (%q), want %t", got.Open, got.Reason, tc.open)
+			}
+			if tc.open && !strings.Contains(got.Reason, tc.reason) {
+				t.Errorf("reason %q, want it to say %q", got.Reason, tc.reason)
+			}
+		})
+	}
+}
