@@ -28,9 +28,10 @@ type NodeConfig struct {
 	// window, for ModeAuto (nil: never open).
 	Mode   func() Mode
 	Window func() Window
-	// ResetDirect ends the connections the apiserver accepted directly
-	// when steering engages after a standby (see resetDirect), so their
-	// clients reconnect through skewgate.
+	// ResetDirect ends the idle connections the apiserver accepted
+	// directly when steering engages after a standby (see resetDirect),
+	// so their clients reconnect through skewgate. Off by default:
+	// nothing is reset that the operator did not ask for.
 	ResetDirect bool
 	// PinPath is the bpffs directory of every pin.
 	PinPath string
@@ -266,12 +267,47 @@ func (n *Node) followPeers(ctx context.Context, st *Steering) {
 	}
 }
 
-// resetDirect ends the connections the apiserver accepted directly while
-// steering was not engaged, when --steering-reset-direct says so.
+// resetIdle is how long a direct connection must carry nothing before it
+// is ended, and resetFor how long after steering engaged the busy ones are
+// looked at again, once a second.
+const (
+	resetIdle = time.Second
+	resetFor  = 2 * time.Minute
+)
+
+// resetDirect ends, when --steering-reset-direct says so, the idle
+// connections the apiserver accepted directly while steering was not
+// engaged (an arming by the cluster switch included), and comes back for
+// the busy ones every second for resetFor, while steering stays wanted.
 func (n *Node) resetDirect(ctx context.Context) {
 	if !n.cfg.ResetDirect {
 		return
 	}
+	start := time.Now()
+	var total sweep
+	for {
+		s, err := n.sweepDirect(ctx)
+		total.ended, total.gone, total.busy = total.ended+s.ended, total.gone+s.gone, s.busy
+		n.resets.Add(uint64(s.ended))
+		if err != nil {
+			n.cfg.Log.Warn("steering engaged: direct connections not all ended", "ended", total.ended, "err", err)
+			return
+		}
+		if want, _ := n.wanted(); s.busy == 0 || !want || time.Since(start) > resetFor {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+	n.cfg.Log.Info("steering engaged: ended the idle connections the apiserver accepted directly, so their clients reconnect through skewgate",
+		"ended", total.ended, "closed before their turn", total.gone, "left busy", total.busy, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// sweepDirect is one pass of resetDirect over the current targets.
+func (n *Node) sweepDirect(ctx context.Context) (sweep, error) {
 	n.mu.Lock()
 	st := n.st
 	n.mu.Unlock()
@@ -287,18 +323,9 @@ func (n *Node) resetDirect(ctx context.Context) {
 	}
 	own, err := ownSocketInodes()
 	if err != nil {
-		n.cfg.Log.Warn("steering engaged: direct connections not ended", "err", err)
-		return
+		return sweep{}, err
 	}
-	start := time.Now()
-	ended, err := resetDirect(ctx, targets, func(a netip.AddrPort, inode uint32) bool { return peers[a.Addr()] || own[uint64(inode)] })
-	n.resets.Add(uint64(ended))
-	if err != nil {
-		n.cfg.Log.Warn("steering engaged: direct connections not all ended", "ended", ended, "err", err)
-		return
-	}
-	n.cfg.Log.Info("steering engaged: ended the connections the apiserver accepted directly, so their clients reconnect through skewgate",
-		"ended", ended, "took", time.Since(start).Round(time.Millisecond))
+	return resetDirect(ctx, targets, resetIdle, func(a netip.AddrPort, inode uint32) bool { return peers[a.Addr()] || own[uint64(inode)] })
 }
 
 // listenerAddr is where a direct probe reaches the listener: its own

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -23,26 +24,37 @@ const (
 	resetTick = 100 * time.Millisecond
 )
 
+// sweep is one pass of resetDirect.
+type sweep struct {
+	ended int // connections ended
+	busy  int // left because something was in flight on them
+	gone  int // closed by their owners before their turn
+}
+
 // resetDirect ends, paced, the established TCP connections to targets that
-// the apiserver accepted directly: made before steering engaged (mode
-// auto, before the skew window opened), they would otherwise stay on one
-// server for as long as they live, and a client with several connections
-// could read discovery from a new server and then ask an old one directly
-// — a false 404. Ended, their clients reconnect through skewgate. What a
-// client sees: a reset connection; a request in flight on it fails
-// (client-go retries reads, not writes). Connections from loopback and
-// those skip names (skewgate's own sockets — steered connections have the
-// target as their local address too — and peer apiservers') are left
-// alone. Both families are searched: Go servers such as kube-apiserver
-// listen on 0.0.0.0 with a dual-stack IPv6 socket, whose IPv4 connections
-// are AF_INET6 with mapped addresses. It needs CONFIG_INET_DIAG_DESTROY
-// and CAP_NET_ADMIN. It returns how many it ended.
-func resetDirect(ctx context.Context, targets []netip.AddrPort, skip func(remote netip.AddrPort, inode uint32) bool) (int, error) {
-	var socks []*netlink.Socket
+// the apiserver accepted directly and that carry nothing in flight: made
+// before steering engaged, they would otherwise stay on one server for as
+// long as they live. Ended, their clients reconnect through skewgate.
+//
+// Only a connection idle for idleFor in both directions, with nothing
+// queued or unacknowledged, is ended, so no request is cut in its middle
+// (a watch with no event in that time is, and its reflector resumes from
+// its resourceVersion); the others are counted busy, for the caller to
+// try again. A connection not yet accepted (inode 0: in an accept queue,
+// skewgate's own included), from loopback, or one skip names (skewgate's
+// own sockets — steered connections have the target as their local
+// address too — and peer apiservers') is left alone. A connection that
+// closes before its turn is counted gone, and the sweep goes on. Both
+// families are searched: Go servers such as kube-apiserver listen on
+// 0.0.0.0 with a dual-stack IPv6 socket, whose IPv4 connections are
+// AF_INET6 with mapped addresses. It needs CONFIG_INET_DIAG_DESTROY and
+// CAP_NET_ADMIN.
+func resetDirect(ctx context.Context, targets []netip.AddrPort, idleFor time.Duration, skip func(remote netip.AddrPort, inode uint32) bool) (sweep, error) {
+	var socks []*netlink.InetDiagTCPInfoResp
 	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		list, err := netlink.SocketDiagTCP(family)
+		list, err := netlink.SocketDiagTCPInfo(family)
 		if err != nil {
-			return 0, fmt.Errorf("list tcp sockets: %w", err)
+			return sweep{}, fmt.Errorf("list tcp sockets: %w", err)
 		}
 		socks = append(socks, list...)
 	}
@@ -50,27 +62,49 @@ func resetDirect(ctx context.Context, targets []netip.AddrPort, skip func(remote
 	for _, t := range targets {
 		want[netip.AddrPortFrom(t.Addr().Unmap(), t.Port())] = true
 	}
-	ended := 0
-	for _, s := range socks {
+	var out sweep
+	for _, r := range socks {
+		s := r.InetDiagMsg
 		local, ok1 := addrPort(s.ID.Source, s.ID.SourcePort)
 		remote, ok2 := addrPort(s.ID.Destination, s.ID.DestinationPort)
-		if !ok1 || !ok2 || s.State != netlink.TCP_ESTABLISHED || !want[local] ||
+		if !ok1 || !ok2 || s.State != netlink.TCP_ESTABLISHED || !want[local] || s.INode == 0 ||
 			remote.Addr().IsLoopback() || skip != nil && skip(remote, s.INode) {
 			continue
 		}
-		if err := destroy(s); err != nil {
-			return ended, fmt.Errorf("end %s→%s: %w", remote, local, err)
+		if !idle(r, idleFor) {
+			out.busy++
+			continue
 		}
-		ended++
-		if ended%resetPace == 0 {
+		switch err := destroy(s); {
+		case errors.Is(err, unix.ENOENT):
+			out.gone++
+			continue
+		case err != nil:
+			return out, fmt.Errorf("end %s→%s: %w", remote, local, err)
+		}
+		out.ended++
+		if out.ended%resetPace == 0 {
 			select {
 			case <-ctx.Done():
-				return ended, ctx.Err()
+				return out, ctx.Err()
 			case <-time.After(resetTick):
 			}
 		}
 	}
-	return ended, nil
+	return out, nil
+}
+
+// idle reports whether nothing is in flight on the connection: no byte
+// queued either way or unacknowledged, and none sent or received for
+// idleFor — a request just sent, or an answer being computed after one
+// arrived, shows as recent data.
+func idle(r *netlink.InetDiagTCPInfoResp, idleFor time.Duration) bool {
+	s, ti := r.InetDiagMsg, r.TCPInfo
+	if ti == nil || s.RQueue != 0 || s.WQueue != 0 || ti.Unacked != 0 {
+		return false
+	}
+	ms := uint32(idleFor / time.Millisecond)
+	return ti.Last_data_recv >= ms && ti.Last_data_sent >= ms
 }
 
 func addrPort(ip net.IP, port uint16) (netip.AddrPort, bool) {

@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/skewgate/skewgate/lab/testenv"
 )
@@ -469,13 +470,24 @@ func TestResetDirectEndsConnectionsFromBeforeTheWindow(t *testing.T) {
 	keep := kept.conn.LocalAddr().(*net.TCPAddr).AddrPort()
 	want.Store(true)
 	waitState(t, s, StateSteering)
-	var ended int
+	// Traffic on the direct connection just now: it is busy, not ended.
+	if err := echo(direct.conn); err != nil {
+		t.Fatal(err)
+	}
+	var got sweep
 	n.ns.do(t, func() (err error) {
-		ended, err = resetDirect(context.Background(), cfg.Targets, func(remote netip.AddrPort, _ uint32) bool { return remote == keep })
+		got, err = resetDirect(context.Background(), cfg.Targets, time.Hour, func(remote netip.AddrPort, _ uint32) bool { return remote == keep })
 		return err
 	})
-	if ended != 1 {
-		t.Fatalf("ended %d connections, want the one direct connection not skipped", ended)
+	if got.ended != 0 || got.busy != 1 {
+		t.Fatalf("a connection with recent traffic: %+v, want it left busy", got)
+	}
+	n.ns.do(t, func() (err error) {
+		got, err = resetDirect(context.Background(), cfg.Targets, 0, func(remote netip.AddrPort, _ uint32) bool { return remote == keep })
+		return err
+	})
+	if got.ended != 1 {
+		t.Fatalf("ended %+v, want the one direct connection not skipped", got)
 	}
 	if err := echo(direct.conn); err == nil {
 		t.Error("the direct connection from before the window still works")
@@ -503,4 +515,43 @@ func TestSteeringWithdraw(t *testing.T) {
 		t.Errorf("the listener is still in steer_socket (cookie %d)", cookie)
 	}
 	s.withdraw() // idempotent
+}
+
+// A connection that closed after the sweep listed it answers SOCK_DESTROY
+// with ENOENT, which the sweep counts as gone and goes on past (a test
+// once saw a sweep stop there and leave 9 of 9 connections).
+func TestResetDirectGoesOnPastVanishedSockets(t *testing.T) {
+	n := newNode(t)
+	c := n.dial.dial(targetAddr)
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	local := c.conn.LocalAddr().(*net.TCPAddr).AddrPort()
+	var listed *netlink.Socket
+	n.ns.do(t, func() error {
+		// kube-apiserver-like listeners on 0.0.0.0 are dual-stack IPv6.
+		socks, err := netlink.SocketDiagTCPInfo(unix.AF_INET6)
+		v4, err4 := netlink.SocketDiagTCPInfo(unix.AF_INET)
+		socks = append(socks, v4...)
+		if err == nil {
+			err = err4
+		}
+		for _, r := range socks {
+			if r.InetDiagMsg.ID.DestinationPort == local.Port() && r.InetDiagMsg.State == netlink.TCP_ESTABLISHED {
+				listed = r.InetDiagMsg
+			}
+		}
+		return err
+	})
+	if listed == nil {
+		t.Fatal("the connection is not listed")
+	}
+	c.conn.Close()
+	time.Sleep(200 * time.Millisecond) // both ends closed: the greeter closes on EOF
+	n.ns.do(t, func() error {
+		if err := destroy(listed); !errors.Is(err, unix.ENOENT) {
+			t.Errorf("SOCK_DESTROY of a closed connection: %v, want ENOENT", err)
+		}
+		return nil
+	})
 }
