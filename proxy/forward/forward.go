@@ -75,6 +75,9 @@ type Request struct {
 	// on as the type's own answer.
 	Listed bool
 	Stale  func(id string) bool
+	// End, if set, ends a watch's answer cleanly when it closes, between
+	// two events, as a watch the server timed out ends (see endAt).
+	End <-chan struct{}
 	// Busy, if set, answers a request the first candidate has no room
 	// for, instead of a plain 429.
 	Busy func(w http.ResponseWriter, r *http.Request, server string)
@@ -136,7 +139,11 @@ func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
 	upgrade := fr.LongRunning && httpstream.IsUpgradeRequest(r)
 	rt := &failover{req: fr, retry: fr.Idempotent && !upgrade, bearer: r.Header.Get("Authorization") != ""}
 	if !upgrade {
-		plainProxy(&loc, rt, responder{show: fr.ShowErrors}, fr.LongRunning).ServeHTTP(w, r)
+		pp := plainProxy(&loc, rt, responder{show: fr.ShowErrors}, fr.LongRunning)
+		if fr.End != nil {
+			pp.ModifyResponse = endAt(fr.End)
+		}
+		pp.ServeHTTP(w, r)
 		return
 	}
 	// The upgrade dial bypasses round trippers and writes the request as

@@ -1,0 +1,154 @@
+package forward
+
+import (
+	"encoding/binary"
+	"io"
+	"mime"
+	"net/http"
+	"sync"
+)
+
+// endAt makes a watch's answer end cleanly when end closes: the caller
+// is only ever given whole events, so at any moment the stream can end as
+// a watch the server timed out ends (the last chunk of HTTP/1.1, END_STREAM
+// of HTTP/2), and the client's reflector watches again from the last
+// resourceVersion it saw — no error, no event lost (a partial event held
+// back is sent again by the server it watches next). Cancelling the
+// request instead would abort the stream (RST_STREAM, or a connection
+// closed mid-chunk), which clients report as an error.
+//
+// Only the watch encodings whose framing is known are wrapped: JSON (one
+// object per line) and protobuf (length-prefixed). Others end when their
+// server ends them.
+func endAt(end <-chan struct{}) func(*http.Response) error {
+	return func(resp *http.Response) error {
+		if resp.StatusCode != http.StatusOK {
+			return nil
+		}
+		split := splitterFor(resp.Header.Get("Content-Type"))
+		if split == nil {
+			return nil
+		}
+		resp.Body = newFramedBody(resp.Body, end, split)
+		return nil
+	}
+}
+
+// splitterFor returns how to find whole events in a watch stream of
+// content type ct, or nil for an encoding whose framing is not known.
+func splitterFor(ct string) func([]byte) int {
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return nil
+	}
+	switch {
+	case mt == "application/json":
+		return wholeLines
+	case mt == "application/vnd.kubernetes.protobuf" && params["stream"] == "watch":
+		return wholeFrames
+	}
+	return nil
+}
+
+// wholeLines is the length of the whole JSON events at the start of b:
+// kube-apiserver writes one compact object per line, and JSON escapes
+// every newline inside a string.
+func wholeLines(b []byte) int {
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] == '\n' {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// wholeFrames is the length of the whole protobuf events at the start of
+// b: each is a 4-byte big-endian length and that many bytes
+// (k8s.io/apimachinery's LengthDelimitedFramer).
+func wholeFrames(b []byte) int {
+	n := 0
+	for len(b)-n >= 4 {
+		size := int(binary.BigEndian.Uint32(b[n:]))
+		if len(b)-n-4 < size {
+			break
+		}
+		n += 4 + size
+	}
+	return n
+}
+
+// framedBody passes on only whole events of body and ends with io.EOF
+// once end closed.
+type framedBody struct {
+	body  io.ReadCloser
+	split func([]byte) int
+	stop  func() bool // stops watching end
+
+	mu    sync.Mutex
+	ended bool   // end closed: no more reads of body
+	held  []byte // read, not yet a whole event
+	ready []byte // whole events not yet returned
+	err   error  // the server's error reading body, after ready
+	chunk []byte
+}
+
+func newFramedBody(body io.ReadCloser, end <-chan struct{}, split func([]byte) int) *framedBody {
+	f := &framedBody{body: body, split: split, chunk: make([]byte, 8<<10)}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-end:
+			f.mu.Lock()
+			f.ended = true
+			f.mu.Unlock()
+			body.Close() // a Read blocked on the server returns
+		case <-done:
+		}
+	}()
+	f.stop = sync.OnceValue(func() bool { close(done); return true })
+	return f
+}
+
+func (f *framedBody) Read(p []byte) (int, error) {
+	for {
+		f.mu.Lock()
+		if len(f.ready) > 0 {
+			n := copy(p, f.ready)
+			f.ready = f.ready[n:]
+			f.mu.Unlock()
+			return n, nil
+		}
+		if f.ended {
+			f.mu.Unlock()
+			return 0, io.EOF
+		}
+		if f.err != nil {
+			f.mu.Unlock()
+			return 0, f.err
+		}
+		f.mu.Unlock()
+		n, err := f.body.Read(f.chunk)
+		f.mu.Lock()
+		f.held = append(f.held, f.chunk[:n]...)
+		if k := f.split(f.held); k > 0 {
+			f.ready = append(f.ready[:0], f.held[:k]...)
+			f.held = append(f.held[:0], f.held[k:]...)
+		}
+		switch {
+		case err == nil:
+		case f.ended:
+			// Ours: what is held back is not a whole event.
+		case err == io.EOF:
+			// The server ended it: pass on what it sent, as it sent it.
+			f.ready, f.held, f.ended = append(f.ready, f.held...), nil, true
+		default:
+			f.err = err
+		}
+		f.mu.Unlock()
+	}
+}
+
+func (f *framedBody) Close() error {
+	f.stop()
+	return f.body.Close()
+}

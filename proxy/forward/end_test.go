@@ -1,0 +1,111 @@
+package forward
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// watchUpstream streams two whole JSON events and half of a third, then
+// waits: the shape of a watch caught mid-event.
+func watchUpstream(t *testing.T) *httptest.Server {
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, `{"type":"ADDED","object":{"metadata":{"resourceVersion":"1"}}}`+"\n")
+		io.WriteString(w, `{"type":"ADDED","object":{"metadata":{"resourceVersion":"2"}}}`+"\n")
+		io.WriteString(w, `{"type":"ADDED","object":{"meta`)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(up.Close)
+	return up
+}
+
+// A watch whose End closes mid-event ends cleanly for the client, over
+// HTTP/2 and HTTP/1.1: whole events only, then the stream's normal end
+// (END_STREAM, the last chunk), not a reset.
+func TestEndEndsAWatchBetweenEvents(t *testing.T) {
+	up := watchUpstream(t)
+	b := backendFor(t, "b", up, trustFor(t, up))
+	for _, h2 := range []bool{true, false} {
+		end := make(chan struct{})
+		front := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			Forward(w, r, Request{Candidates: []*Backend{b}, Idempotent: true, LongRunning: true, End: end})
+		}))
+		front.EnableHTTP2 = h2
+		front.StartTLS()
+		c := front.Client()
+		c.Timeout = 10 * time.Second // a stream that does not end fails the test
+		resp, err := c.Get(front.URL + "/api/v1/pods?watch=true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.ProtoMajor == 2 != h2 {
+			t.Fatalf("want HTTP/2 %t, got %s", h2, resp.Proto)
+		}
+		rd := bufio.NewReader(resp.Body)
+		for i := range 2 {
+			line, err := rd.ReadString('\n')
+			if err != nil || !strings.Contains(line, `"resourceVersion"`) {
+				t.Fatalf("%s: event %d: %q %v", resp.Proto, i, line, err)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // the half event is held back by now
+		close(end)
+		rest, err := io.ReadAll(rd)
+		if err != nil {
+			t.Errorf("%s: the watch ended with %v, want a clean end", resp.Proto, err)
+		}
+		if len(rest) != 0 {
+			t.Errorf("%s: after the end the client read %q, want no partial event", resp.Proto, rest)
+		}
+		resp.Body.Close()
+		front.Close()
+	}
+}
+
+func TestWholeFrames(t *testing.T) {
+	frame := func(n int) []byte {
+		b := make([]byte, 4+n)
+		binary.BigEndian.PutUint32(b, uint32(n))
+		return b
+	}
+	two := append(frame(3), frame(5)...)
+	for _, tc := range []struct {
+		b    []byte
+		want int
+	}{{nil, 0}, {frame(3)[:2], 0}, {frame(3)[:6], 0}, {frame(3), 7}, {two, 16}, {append(two, frame(9)[:5]...), 16}, {frame(0), 4}} {
+		if got := wholeFrames(tc.b); got != tc.want {
+			t.Errorf("wholeFrames(%d bytes) = %d, want %d", len(tc.b), got, tc.want)
+		}
+	}
+	if splitterFor("application/vnd.kubernetes.protobuf;stream=watch") == nil || splitterFor("application/json") == nil {
+		t.Error("the watch encodings have no splitter")
+	}
+	if splitterFor("application/cbor-seq") != nil || splitterFor("text/plain") != nil {
+		t.Error("an encoding of unknown framing got a splitter")
+	}
+}
+
+// A server's own error is passed on after the whole events before it.
+func TestFramedBodyPassesServerErrors(t *testing.T) {
+	boom := errors.New("boom")
+	body := io.NopCloser(io.MultiReader(strings.NewReader("{\"a\":1}\n{\"b\""), errReader{boom}))
+	f := newFramedBody(body, make(chan struct{}), wholeLines)
+	defer f.Close()
+	got, err := io.ReadAll(f)
+	if !errors.Is(err, boom) || string(got) != "{\"a\":1}\n" {
+		t.Errorf("read %q, %v; want the whole event, then the server's error", got, err)
+	}
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
