@@ -337,3 +337,33 @@ func listenerAddr(ln *net.TCPListener, ip netip.Addr) netip.AddrPort {
 	}
 	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
 }
+
+// Releasing reports whether the connections steering brought are to be
+// handed back: steering is installed but no longer takes new connections,
+// because it is not wanted (standby) or the operator turned it off.
+func (n *Node) Releasing() bool {
+	n.mu.Lock()
+	st := n.st
+	n.mu.Unlock()
+	if st == nil {
+		return false
+	}
+	switch st.Status().State {
+	case StateStandby, StateOff:
+		return true
+	}
+	return false
+}
+
+// Steers reports whether a connection to local is one steering brings:
+// local is a steered target (the proxy's own port is never one).
+func (n *Node) Steers(local netip.AddrPort) bool {
+	n.mu.Lock()
+	st := n.st
+	n.mu.Unlock()
+	if st == nil {
+		return false
+	}
+	local = netip.AddrPortFrom(local.Addr().Unmap(), local.Port())
+	return slices.Contains(st.Targets(), local)
+}

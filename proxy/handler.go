@@ -38,6 +38,9 @@ type Handler struct {
 	// shuts down (EndLongRunning).
 	stopping       context.Context
 	EndLongRunning context.CancelFunc
+	// handBack, if set, releases steered connections once steering is no
+	// longer wanted.
+	handBack *HandBack
 }
 
 // NewHandler returns the proxy handler. clientCA verifies users' client
@@ -53,6 +56,8 @@ type exchange struct {
 	req      route.Request
 	decision route.Decision
 	caller   Caller
+	// end, for a watch, ends its answer cleanly (forward.Request.End).
+	end <-chan struct{}
 	// marked: the request carries the peer-proxied mark. Every request
 	// skewgate sends to a peer carries it (set last, in the round
 	// tripper, whoever the caller), and a marked request is always
@@ -66,6 +71,7 @@ type exchange struct {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	w, rec := record(w)
+	h.handBack.tell(w, r)
 	x := &exchange{}
 	h.serve(w, r, x)
 	h.observe(x, rec.status(), w.Header().Get(forward.HeaderServer), time.Since(start))
@@ -111,11 +117,18 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 	x.decision = route.Decide(req, h.members.Table(), x.marked, key)
 	if req.LongRunning() {
 		// A watch ends, as a timed-out watch ends, when skewgate shuts
-		// down: its client watches again (through the apiserver once
-		// steering is withdrawn) instead of holding the shutdown.
+		// down or hands its connection back: its client watches again
+		// (through the apiserver once steering is withdrawn) instead of
+		// holding the shutdown. Other long-running requests (exec, logs)
+		// are cut at shutdown, and so is a watch that did not end.
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
-		defer context.AfterFunc(h.stopping, cancel)()
+		stop := cancel
+		if req.Watch() {
+			x.end = h.watchEnd(ctx, r)
+			stop = func() { time.AfterFunc(watchEndGrace, cancel) }
+		}
+		defer context.AfterFunc(h.stopping, stop)()
 		r = r.WithContext(ctx)
 	}
 	h.dispatch(w, r, x)
@@ -148,6 +161,7 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 		SetIdentity: h.identity(x.caller, x.marked || d.Route == route.Peer),
 		ShowErrors:  x.caller.User != nil,
 		LongRunning: x.req.LongRunning(),
+		End:         x.end,
 	}
 	if x.caller.User == nil && !x.caller.Peer {
 		fr.Busy = func(w http.ResponseWriter, r *http.Request, server string) {
@@ -172,6 +186,27 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 		}
 	}
 	forward.Forward(w, r, fr)
+}
+
+// watchEndGrace is how long a watch asked to end at shutdown has to end
+// cleanly before it is cut.
+const watchEndGrace = time.Second
+
+// watchEnd is when a watch's answer is to end cleanly: as skewgate shuts
+// down, or when its connection is handed back.
+func (h *Handler) watchEnd(ctx context.Context, r *http.Request) <-chan struct{} {
+	end := make(chan struct{})
+	back := h.handBack.watchEnd(ctx, r)
+	go func() {
+		select {
+		case <-h.stopping.Done():
+		case <-back: // nil: never
+		case <-ctx.Done():
+			return
+		}
+		close(end)
+	}()
+	return end
 }
 
 // scopeOf is the capabilities that tell the requested type's scope: the

@@ -168,10 +168,17 @@ func (p *Proxy) Start(ctx context.Context) error {
 // withdraw, if set, runs first when ctx ends: it stops new connections
 // from reaching ln (steering), so none is left in ln's accept queue when
 // it closes.
-func (p *Proxy) Serve(ctx context.Context, ln net.Listener, withdraw func()) error {
+//
+// hb, if set, hands steered connections back once steering is no longer
+// wanted (see HandBack).
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener, withdraw func(), hb *HandBack) error {
 	t, err := p.cfg.tls()
 	if err != nil {
 		return err
+	}
+	if hb != nil {
+		p.handler.handBack = hb
+		go hb.run(ctx)
 	}
 	t.Serving, t.ClientCAs, t.Withdraw, t.EndLongRunning = p.certs.Serving, p.certs.AllClientCAs, withdraw, p.handler.EndLongRunning
 	err = Serve(ctx, ln, p.handler, t)

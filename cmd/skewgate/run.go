@@ -190,7 +190,7 @@ func run(ctx context.Context, o *runOptions) error {
 	}
 	log.Info("serving", "version", buildVersion().Version, "address", node.Listener().Addr().String(),
 		"local", o.proxy.LocalAPIServer, "peers", p.PeerCount(), "admin", o.adminAddr, "secureAdmin", o.secureAdmin)
-	return p.Serve(ctx, node.Listener(), node.Withdraw)
+	return p.Serve(ctx, node.Listener(), node.Withdraw, &proxy.HandBack{Releasing: node.Releasing, Steered: node.Steers})
 }
 
 // serveAdmin starts the admin listeners the flags ask for, until ctx ends.
