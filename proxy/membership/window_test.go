@@ -192,10 +192,10 @@ func TestWindowOpensForUpgradesOnly(t *testing.T) {
 			open: true, reason: "versions differ"},
 		{name: "a patch upgrade: same types, another version",
 			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.35.5", old)}, ""}},
-			open: true, reason: "versions differ: v1.35.4 on " + a + "; v1.35.5 on " + b},
+			open:  true, reason: "versions differ: v1.35.4 on " + a + "; v1.35.5 on " + b},
 		{name: "the node's upgrade signal, before any server stopped",
 			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, "node-a's manifest names v1.36.3"}},
-			open: true, reason: "node-a's manifest names v1.36.3"},
+			open:  true, reason: "node-a's manifest names v1.36.3"},
 		{name: "a version not read yet is no difference",
 			steps: []step{{0, []member{up(a, "v1.35.4", old), {id: b, healthy: true, caps: old}}, ""}}},
 	}
