@@ -42,6 +42,11 @@ type Window struct {
 	// Until is when an open window closes if the members keep agreeing
 	// (zero while they differ).
 	Until time.Time
+	// LocalAway says why the node's own apiserver is out of routing, or
+	// "": mode auto steers while it lasts, so that its clients' new
+	// connections reach peers (rule 3a) instead of a refused port. It is
+	// no window: no hold, and the connections go back once it returns.
+	LocalAway string
 }
 
 // wanted decides whether steering is wanted under mode in window, and why.
@@ -55,5 +60,8 @@ func wanted(mode Mode, w Window) (bool, string) {
 	if w.Open {
 		return true, "skew window: " + w.Reason
 	}
-	return false, "mode auto, no skew window: the apiservers agree"
+	if w.LocalAway != "" {
+		return true, w.LocalAway + ": its clients go to peers (rule 3a)"
+	}
+	return false, "mode auto, no skew window: no upgrade under way"
 }

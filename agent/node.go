@@ -151,7 +151,10 @@ func (n *Node) Status() any {
 		case w.Open:
 			out["window"] = fmt.Sprintf("open until %s unless the apiservers differ again (last: %s)", w.Until.Format(time.RFC3339), w.Reason)
 		default:
-			out["window"] = "closed: the apiservers agree"
+			out["window"] = "closed: no upgrade under way"
+		}
+		if w.LocalAway != "" {
+			out["localAway"] = w.LocalAway + ": its clients' new connections go to peers until it is back"
 		}
 		if n.st != nil {
 			out["targets"] = fmt.Sprint(n.st.Targets())

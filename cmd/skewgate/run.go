@@ -253,6 +253,6 @@ func steeringMode(p *proxy.Proxy, flag agent.Mode) func() agent.Mode {
 func skewWindow(p *proxy.Proxy) func() agent.Window {
 	return func() agent.Window {
 		w := p.Members.Window()
-		return agent.Window{Open: w.Open, Reason: w.Reason, Until: w.Until}
+		return agent.Window{Open: w.Open, Reason: w.Reason, Until: w.Until, LocalAway: p.Members.LocalAway()}
 	}
 }

@@ -218,3 +218,18 @@ func builtIn(group string) bool {
 	}
 	return scheme.Scheme.IsGroupRegistered(group)
 }
+
+// LocalAway says why the local apiserver is out of routing (down,
+// draining, starting, or settling after it flapped), or "" while it is in
+// routing. It is no window: its node's clients are steered to peers only
+// while it lasts (rule 3a), then handed back.
+func (m *Members) LocalAway() string {
+	if m.Ready() != nil {
+		return ""
+	}
+	t := m.Table()
+	if t == nil || t.Local.Healthy {
+		return ""
+	}
+	return "the local apiserver " + t.Local.ID + " is away"
+}

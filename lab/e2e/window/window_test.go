@@ -1,9 +1,13 @@
 // Package window proves steering mode auto on real apiservers: a plane of
-// one version is not steered (the hop costs nothing), a peer's upgrade
-// opens the skew window and steering engages on the other node before the
-// upgraded server is ready, the cluster's ConfigMap switches every node
-// within a second and survives an agent restart, and the window closes
-// after the hold once the versions agree again.
+// one version is not steered (the hop costs nothing); routine events (a
+// peer restarted on its version, a peer stalled for 3 s, oversized
+// anonymous requests) open no window; a peer's upgrade opens the skew
+// window as soon as the upgraded server is read, without moving the
+// connections made before it; the cluster's ConfigMap switches every
+// node within a second and survives an agent restart; and once the
+// versions agree again (a rollback) the window closes after the hold and
+// the connections steering brought, HTTP/1.1 and HTTP/2, are handed back
+// without a failed request.
 package window
 
 import (
@@ -16,6 +20,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -215,40 +220,46 @@ func TestAutoMode(t *testing.T) {
 		t.Logf("switch removed: node-a back to mode auto, standby after %s", time.Since(at).Round(time.Millisecond))
 	})
 
-	t.Run("a restart opens the window, the hold closes it", func(t *testing.T) {
-		stopAt := time.Now()
+	t.Run("routine events open no window", func(t *testing.T) {
+		watch := watchStandby(t, "node-a")
+		// A peer restarted on its own version (a certificate renewal).
 		if err := plane.StopNode("node-b"); err != nil {
 			t.Fatal(err)
 		}
-		engaged := waitState(t, "node-a", "steering", 10*time.Second)
-		t.Logf("node-b stopped → node-a steering after %s", engaged.Sub(stopAt).Round(time.Millisecond))
 		if err := plane.StartNode(context.Background(), "node-b", 90*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		back := time.Now()
-		closed := waitState(t, "node-a", "standby", hold+60*time.Second)
-		t.Logf("node-b back on the same version → node-a standby after %s (hold %s)", closed.Sub(back).Round(time.Millisecond), hold)
-		if closed.Sub(back) < hold-time.Second {
-			t.Errorf("the window closed %s after the servers agreed again, before the hold of %s", closed.Sub(back), hold)
+		// A peer stalled for 3 s (a GC pause, an etcd defrag): its
+		// /readyz does not answer.
+		b, _ := plane.State.Proc("node-b")
+		if err := unix.Kill(b.PID, unix.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second)
+		if err := unix.Kill(b.PID, unix.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		// Oversized anonymous requests to skewgate's own listener.
+		for range 5 {
+			oversized(t, "node-a")
+		}
+		time.Sleep(5 * time.Second) // probes, discovery and version re-read
+		if got := watch(); len(got) > 0 {
+			t.Errorf("node-a left standby during routine events: %v", got)
 		}
 	})
 
-	t.Run("an upgrade opens the window", func(t *testing.T) {
-		// The hold of the last subtest must have ended: standby first.
+	t.Run("an upgrade opens the window, its end hands connections back", func(t *testing.T) {
 		waitState(t, "node-a", "standby", hold+30*time.Second)
+		before := keptClient(t, "node-a", true)
 		stopAt := time.Now()
-		errc := make(chan error, 1)
-		go func() { errc <- plane.UpgradeNode(context.Background(), "node-b", lab.NewVersion, 0, 90*time.Second) }()
-		engaged := waitState(t, "node-a", "steering", 10*time.Second)
-		if err := <-errc; err != nil {
+		if err := plane.UpgradeNode(context.Background(), "node-b", lab.NewVersion, 0, 90*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		ready := time.Now() // UpgradeNode returns once node-b passes /readyz
-		t.Logf("node-b stopped for its upgrade → node-a steering after %s; node-b ready on %s %s after that",
-			engaged.Sub(stopAt).Round(time.Millisecond), lab.NewVersion, ready.Sub(engaged).Round(time.Millisecond))
-		if engaged.After(ready.Add(time.Second)) {
-			t.Errorf("steering engaged %s after the new server was ready, want within 1 s", engaged.Sub(ready))
-		}
+		engaged := waitState(t, "node-a", "steering", 10*time.Second)
+		t.Logf("node-b stopped for its upgrade at 0, ready on %s at +%s → node-a steering at +%s",
+			lab.NewVersion, ready.Sub(stopAt).Round(time.Millisecond), engaged.Sub(stopAt).Round(time.Millisecond))
 		// A client of node-a's address reads what only node-b serves.
 		deadline := time.Now().Add(30 * time.Second)
 		for {
@@ -261,8 +272,144 @@ func TestAutoMode(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		if before.steered() {
+			t.Error("a connection from before the window was moved to skewgate: nothing is reset by default")
+		}
+		// Clients that connected in the window are on the hop.
+		onHop, onHop1 := keptClient(t, "node-a", true), keptClient(t, "node-a", false)
+		waitFor(t, 10*time.Second, "a connection made in the window is steered", func() bool { return onHop.steered() && onHop1.steered() })
+		// node-b rolled back: both servers on one version again, the
+		// window closes after the hold, and the connections steering
+		// brought are handed back.
+		if err := plane.UpgradeNode(context.Background(), "node-b", lab.OldVersion, 0, 90*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		agreed := time.Now()
+		closed := waitState(t, "node-a", "standby", hold+60*time.Second)
+		t.Logf("versions agree → window closed after %s (hold %s)", closed.Sub(agreed).Round(time.Millisecond), hold)
+		waitFor(t, 30*time.Second, "the connections made in the window are handed back", func() bool { return !onHop.steered() && !onHop1.steered() })
+		t.Logf("handed back %s after the window closed", time.Since(closed).Round(time.Millisecond))
+		for _, c := range []*kept{before, onHop, onHop1} {
+			if n, fails := c.stop(); fails > 0 {
+				t.Errorf("a kept client failed %d of %d requests through the window and the hand-back", fails, n)
+			}
+		}
 	})
+}
 
+// watchStandby polls node name's steering state every 50 ms until the
+// returned function is called; that returns every other state seen.
+func watchStandby(t *testing.T, name string) func() []string {
+	t.Helper()
+	stop, done := make(chan struct{}), make(chan []string)
+	go func() {
+		var seen []string
+		for {
+			if st := state(t, name); st != "standby" {
+				seen = append(seen, time.Now().Format("15:04:05.000")+" "+st)
+			}
+			select {
+			case <-stop:
+				done <- seen
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return func() []string { close(stop); return <-done }
+}
+
+// oversized sends skewgate's own listener on node name an anonymous
+// request with a header of about 1 MiB, as one that once took a healthy
+// apiserver out of routing.
+func oversized(t *testing.T, name string) {
+	t.Helper()
+	n, _ := plane.Node(name)
+	c, err := plane.PKI.HTTPClient(lab.KeyPair{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "https://"+net.JoinHostPort(n.IP.String(), "16443")+"/api/v1/namespaces", nil)
+	req.Header.Set("X-Big", strings.Repeat("a", 1_048_500))
+	if resp, err := c.Do(req); err == nil {
+		resp.Body.Close()
+	}
+}
+
+// kept is a client of one node's address on one kept connection, asking
+// every 100 ms, that counts its failures and whether skewgate answered
+// last.
+type kept struct {
+	mu       sync.Mutex
+	n, fails int
+	last     bool // skewgate answered the last request
+	done     chan struct{}
+	stopped  chan struct{}
+}
+
+func keptClient(t *testing.T, name string, h2 bool) *kept {
+	t.Helper()
+	n, _ := plane.Node(name)
+	c, err := plane.PKI.HTTPClient(plane.PKI.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Transport.(*http.Transport).ForceAttemptHTTP2 = h2
+	k := &kept{done: make(chan struct{}), stopped: make(chan struct{})}
+	go func() {
+		defer close(k.stopped)
+		for {
+			resp, err := c.Get(n.URL() + "/api/v1/namespaces/default")
+			k.mu.Lock()
+			k.n++
+			if err != nil || resp.StatusCode != http.StatusOK {
+				k.fails++
+			} else {
+				k.last = resp.Header.Get("X-Skewgate-Route") != ""
+			}
+			k.mu.Unlock()
+			if err == nil {
+				resp.Body.Close()
+			}
+			select {
+			case <-k.done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { k.stop() })
+	return k
+}
+
+func (k *kept) steered() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.last
+}
+
+// stop ends the client, once, and returns its requests and failures.
+func (k *kept) stop() (int, int) {
+	select {
+	case <-k.done:
+	default:
+		close(k.done)
+	}
+	<-k.stopped
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.n, k.fails
+}
+
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // restart stops node-a's skewgate and starts it again.
