@@ -238,8 +238,9 @@ const whyWorse = "a **503** is skewgate's answer (with `Retry-After`) where a se
 	"or within the grace after a rollback took the type away (rule 5): the other modes answered a false 404 or a 404 in the grace there, " +
 	"or — the in-tree proxy — passed the request to a server that then answered it. " +
 	"In `skewgate auto`, **pinned clients' failures and other errors** are the connections made before the skew window opened: " +
-	"they go to the apiserver directly, as without skewgate, until the window opens and skewgate ends them (`--steering-reset-direct`), " +
-	"and through their node's restart; arming the cluster before the upgrade (`skewgate`, mode always) avoids them."
+	"they go to the apiserver directly, as without skewgate (nothing is reset by default), until they reconnect — at the latest " +
+	"when their node's apiserver restarts, which the window (opened by the manifest signal on kubeadm, or by the versions) then covers; " +
+	"arming the cluster before the upgrade (`skewgate`, mode always) moves more of them earlier."
 
 func writeMonitoring(w io.Writer, m *Monitoring) {
 	fmt.Fprintf(w, "\n### Prometheus during the window\n\nA real Prometheus scraped every node's skewgate every 2 s with this generated configuration and the shipped alert rules:\n\n```yaml\n%s```\n", m.Config)
