@@ -243,6 +243,13 @@ func TestAutoMode(t *testing.T) {
 		for range 5 {
 			oversized(t, "node-a")
 		}
+		// A CRD, created through node-b: each server's discovery lists it
+		// at its own instant; then deleted.
+		crd(t, "node-b", true)
+		time.Sleep(12 * time.Second) // more than a discovery refresh
+		crd(t, "node-b", false)
+		// node-a cannot reach node-b for 30 s.
+		partition(t, "node-a", "node-b", 30*time.Second)
 		time.Sleep(5 * time.Second) // probes, discovery and version re-read
 		if got := watch(); len(got) > 0 {
 			t.Errorf("node-a left standby during routine events: %v", got)
@@ -333,6 +340,54 @@ func oversized(t *testing.T, name string) {
 	req.Header.Set("X-Big", strings.Repeat("a", 1_048_500))
 	if resp, err := c.Do(req); err == nil {
 		resp.Body.Close()
+	}
+}
+
+// crd creates (or deletes) a namespaced CRD through node name's apiserver.
+func crd(t *testing.T, name string, create bool) {
+	t.Helper()
+	n, _ := plane.Node(name)
+	c, err := plane.AdminHTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+	req, _ := http.NewRequest(http.MethodDelete, n.URL()+path+"/widgets.routine.skewgate.test", nil)
+	want := http.StatusOK
+	if create {
+		body := `{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"widgets.routine.skewgate.test"},
+"spec":{"group":"routine.skewgate.test","scope":"Namespaced","names":{"plural":"widgets","singular":"widget","kind":"Widget"},
+"versions":[{"name":"v1","served":true,"storage":true,"schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}]}}`
+		req, _ = http.NewRequest(http.MethodPost, n.URL()+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		want = http.StatusCreated
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		t.Fatalf("%s CRD: %s", req.Method, resp.Status)
+	}
+}
+
+// partition drops node from's route to node to's address for d.
+func partition(t *testing.T, from, to string, d time.Duration) {
+	t.Helper()
+	h, _, err := nodeEth0(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	dst, _ := plane.Node(to)
+	r := &netlink.Route{Dst: &net.IPNet{IP: dst.IP.AsSlice(), Mask: net.CIDRMask(32, 32)}, Type: unix.RTN_BLACKHOLE}
+	if err := h.RouteAdd(r); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(d)
+	if err := h.RouteDel(r); err != nil {
+		t.Fatal(err)
 	}
 }
 
