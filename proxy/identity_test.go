@@ -57,10 +57,17 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 	rig := &identityRig{}
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
-			// As kube-apiserver: only the token "good" authenticates.
-			if r.Header.Get("Authorization") == "Bearer good" {
+			// As kube-apiserver: only the token "good" authenticates;
+			// "busy" meets its max-in-flight limit, "broken" a failure.
+			switch r.Header.Get("Authorization") {
+			case "Bearer good":
 				w.WriteHeader(http.StatusCreated)
-			} else {
+			case "Bearer busy":
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusTooManyRequests)
+			case "Bearer broken":
+				w.WriteHeader(http.StatusInternalServerError)
+			default:
 				w.WriteHeader(http.StatusUnauthorized)
 			}
 			return
@@ -468,6 +475,65 @@ func TestOwnAnswersOnlyForAuthenticatedCallers(t *testing.T) {
 	if code, _, _ := rig.sendRaw(t, fmt.Sprintf(raw, "")); code != http.StatusServiceUnavailable {
 		t.Errorf("a verified user: %d, want skewgate's 503", code)
 	}
+}
+
+// Bug: when the apiserver could not say whether a bearer token is valid
+// (its SelfSubjectReview answered 429 under an upgrade's load, or failed),
+// the request skewgate would have answered itself went to the local
+// apiserver: merged /apis without the local document came back as the
+// local server's partial answer, the false 404 in bulk skewgate exists to
+// prevent, to the garbage collector's own token. An inconclusive verdict
+// is a reason-free 429 or 503 with Retry-After, and nothing reaches the
+// local server.
+func TestInconclusiveTokenVerdictNeverFallsOpen(t *testing.T) {
+	rig := newIdentityRig(t) // never probed: no local document, merged discovery is skewgate's own 503
+	const raw = "GET /apis HTTP/1.1\nHost: 127.0.0.1\nAccept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList\nAuthorization: Bearer %s\n\n"
+	for _, tc := range []struct {
+		token string
+		want  int
+	}{
+		{"busy", http.StatusTooManyRequests},
+		{"broken", http.StatusServiceUnavailable},
+	} {
+		rig.mu.Lock()
+		rig.got = nil
+		rig.mu.Unlock()
+		code, hdr, body := rig.sendAnonymous(t, fmt.Sprintf(raw, tc.token))
+		rig.mu.Lock()
+		reached := len(rig.got)
+		rig.mu.Unlock()
+		if reached != 0 {
+			t.Errorf("token %s: the request reached the local apiserver (%d requests), answer %d", tc.token, reached, code)
+		}
+		if code != tc.want || hdr.Get("Retry-After") == "" || hdr.Get(forward.HeaderRoute) == "local" {
+			t.Errorf("token %s: %d Retry-After=%q route %q, want %d with Retry-After, not local", tc.token, code, hdr.Get("Retry-After"), hdr.Get(forward.HeaderRoute), tc.want)
+		}
+		var status struct{ Kind, Message string }
+		json.Unmarshal([]byte(body), &status)
+		if status.Kind != "Status" || strings.Contains(status.Message, "discovery") || strings.Contains(status.Message, "local apiserver") {
+			t.Errorf("token %s: body %q, want a Status that tells an unverified caller nothing of the servers", tc.token, body)
+		}
+	}
+}
+
+// sendAnonymous writes raw request bytes on a fresh TLS connection that
+// presents no client certificate.
+func (rig *identityRig) sendAnonymous(t *testing.T, raw string) (int, http.Header, string) {
+	t.Helper()
+	conn, err := tls.Dial("tcp", rig.addr, &tls.Config{RootCAs: rig.roots, ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(conn, strings.ReplaceAll(raw, "\n", "\r\n"))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(body)
 }
 
 // A watch through skewgate ends, cleanly, when skewgate shuts down: it
