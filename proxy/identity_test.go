@@ -15,6 +15,8 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -24,11 +26,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 
 	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/proxy/discovery"
 	"github.com/skewgate/skewgate/proxy/forward"
 	"github.com/skewgate/skewgate/proxy/membership"
+	"github.com/skewgate/skewgate/proxy/route"
 )
 
 // seen is what the upstream apiserver stand-in received.
@@ -513,6 +520,40 @@ func TestInconclusiveTokenVerdictNeverFallsOpen(t *testing.T) {
 		if status.Kind != "Status" || strings.Contains(status.Message, "discovery") || strings.Contains(status.Message, "local apiserver") {
 			t.Errorf("token %s: body %q, want a Status that tells an unverified caller nothing of the servers", tc.token, body)
 		}
+	}
+
+	// A rule-5 request: workloads, which only a peer that departed a
+	// moment ago served (restored from the state file), while the local
+	// server's own document lacks them. Sent to the local server it
+	// would come back as the false 404.
+	doc := &discovery.Doc{APIs: discovery.Endpoint{Format: discovery.FormatV2, Items: []apidiscoveryv2.APIGroupDiscovery{{
+		ObjectMeta: metav1.ObjectMeta{Name: "scheduling.k8s.io"},
+		Versions: []apidiscoveryv2.APIVersionDiscovery{{Version: "v1alpha2", Resources: []apidiscoveryv2.APIResourceDiscovery{{
+			Resource: "workloads", Scope: apidiscoveryv2.ScopeNamespace, Verbs: []string{"get", "list"}}}}}}}}}
+	peerDoc, _ := json.Marshal(doc)
+	localDoc, _ := json.Marshal(&discovery.Doc{})
+	now := time.Now().UTC().Format(time.RFC3339)
+	state := filepath.Join(t.TempDir(), "state.json")
+	os.WriteFile(state, []byte(fmt.Sprintf(`{"version":1,"servers":[`+
+		`{"url":"https://%s","local":true,"lastHealthy":%q,"fetchedAt":%q,"doc":%s},`+
+		`{"url":"https://10.0.0.9:6443","lastHealthy":%q,"fetchedAt":%q,"doc":%s}]}`,
+		rig.upstream, now, now, localDoc, now, now, peerDoc)), 0o600)
+	if n, err := rig.members.Restore(state); n != 1 || err != nil {
+		t.Fatalf("restore: %d, %v", n, err)
+	}
+	const list = "GET /apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads HTTP/1.1\nHost: 127.0.0.1\nAuthorization: Bearer busy\n\n"
+	if d := route.Decide(route.Request{Kind: route.Resource, Verb: "list", GVR: schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "workloads"}}, rig.members.Table(), false, ""); d.Rule != route.RuleUnavailable {
+		t.Fatalf("the rig's table: rule %s (%s), want 5", d.Rule, d.Reason)
+	}
+	rig.mu.Lock()
+	rig.got = nil
+	rig.mu.Unlock()
+	code, hdr, _ := rig.sendAnonymous(t, list)
+	rig.mu.Lock()
+	reached := len(rig.got)
+	rig.mu.Unlock()
+	if reached != 0 || code != http.StatusTooManyRequests || hdr.Get("Retry-After") == "" {
+		t.Errorf("a rule-5 request, token unjudged: %d Retry-After=%q, %d requests reached the local apiserver; want 429 and none", code, hdr.Get("Retry-After"), reached)
 	}
 }
 
