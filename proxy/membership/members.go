@@ -332,7 +332,7 @@ func (m *Members) Ready() error {
 			return fmt.Errorf("%s not probed yet", st.ID)
 		case st.Healthy && (ds.FetchedAt.IsZero() || ds.Restored) && ds.ErrAt.IsZero():
 			return fmt.Errorf("discovery of %s not read yet", st.ID)
-		case m.awaitsReread(st.ID):
+		case m.awaitsReread(st.ID) && ds.ErrAt.IsZero():
 			// Else its doubt would open a skew window that then holds
 			// for the hold time after every restart of skewgate.
 			return fmt.Errorf("discovery of %s not read again since skewgate restarted", st.ID)
