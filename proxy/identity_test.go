@@ -15,6 +15,8 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -24,11 +26,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 
 	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/proxy/discovery"
 	"github.com/skewgate/skewgate/proxy/forward"
 	"github.com/skewgate/skewgate/proxy/membership"
+	"github.com/skewgate/skewgate/proxy/route"
 )
 
 // seen is what the upstream apiserver stand-in received.
@@ -57,10 +64,17 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 	rig := &identityRig{}
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
-			// As kube-apiserver: only the token "good" authenticates.
-			if r.Header.Get("Authorization") == "Bearer good" {
+			// As kube-apiserver: only the token "good" authenticates;
+			// "busy" meets its max-in-flight limit, "broken" a failure.
+			switch r.Header.Get("Authorization") {
+			case "Bearer good":
 				w.WriteHeader(http.StatusCreated)
-			} else {
+			case "Bearer busy":
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusTooManyRequests)
+			case "Bearer broken":
+				w.WriteHeader(http.StatusInternalServerError)
+			default:
 				w.WriteHeader(http.StatusUnauthorized)
 			}
 			return
@@ -468,6 +482,99 @@ func TestOwnAnswersOnlyForAuthenticatedCallers(t *testing.T) {
 	if code, _, _ := rig.sendRaw(t, fmt.Sprintf(raw, "")); code != http.StatusServiceUnavailable {
 		t.Errorf("a verified user: %d, want skewgate's 503", code)
 	}
+}
+
+// Bug: when the apiserver could not say whether a bearer token is valid
+// (its SelfSubjectReview answered 429 under an upgrade's load, or failed),
+// the request skewgate would have answered itself went to the local
+// apiserver: merged /apis without the local document came back as the
+// local server's partial answer, the false 404 in bulk skewgate exists to
+// prevent, to the garbage collector's own token. An inconclusive verdict
+// is a reason-free 429 or 503 with Retry-After, and nothing reaches the
+// local server.
+func TestInconclusiveTokenVerdictNeverFallsOpen(t *testing.T) {
+	rig := newIdentityRig(t) // never probed: no local document, merged discovery is skewgate's own 503
+	const raw = "GET /apis HTTP/1.1\nHost: 127.0.0.1\nAccept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList\nAuthorization: Bearer %s\n\n"
+	for _, tc := range []struct {
+		token string
+		want  int
+	}{
+		{"busy", http.StatusTooManyRequests},
+		{"broken", http.StatusServiceUnavailable},
+	} {
+		rig.mu.Lock()
+		rig.got = nil
+		rig.mu.Unlock()
+		code, hdr, body := rig.sendAnonymous(t, fmt.Sprintf(raw, tc.token))
+		rig.mu.Lock()
+		reached := len(rig.got)
+		rig.mu.Unlock()
+		if reached != 0 {
+			t.Errorf("token %s: the request reached the local apiserver (%d requests), answer %d", tc.token, reached, code)
+		}
+		if code != tc.want || hdr.Get("Retry-After") == "" || hdr.Get(forward.HeaderRoute) == "local" {
+			t.Errorf("token %s: %d Retry-After=%q route %q, want %d with Retry-After, not local", tc.token, code, hdr.Get("Retry-After"), hdr.Get(forward.HeaderRoute), tc.want)
+		}
+		var status struct{ Kind, Message string }
+		json.Unmarshal([]byte(body), &status)
+		if status.Kind != "Status" || strings.Contains(status.Message, "discovery") || strings.Contains(status.Message, "local apiserver") {
+			t.Errorf("token %s: body %q, want a Status that tells an unverified caller nothing of the servers", tc.token, body)
+		}
+	}
+
+	// A rule-5 request: workloads, which only a peer that departed a
+	// moment ago served (restored from the state file), while the local
+	// server's own document lacks them. Sent to the local server it
+	// would come back as the false 404.
+	doc := &discovery.Doc{APIs: discovery.Endpoint{Format: discovery.FormatV2, Items: []apidiscoveryv2.APIGroupDiscovery{{
+		ObjectMeta: metav1.ObjectMeta{Name: "scheduling.k8s.io"},
+		Versions: []apidiscoveryv2.APIVersionDiscovery{{Version: "v1alpha2", Resources: []apidiscoveryv2.APIResourceDiscovery{{
+			Resource: "workloads", Scope: apidiscoveryv2.ScopeNamespace, Verbs: []string{"get", "list"}}}}}}}}}
+	peerDoc, _ := json.Marshal(doc)
+	localDoc, _ := json.Marshal(&discovery.Doc{})
+	now := time.Now().UTC().Format(time.RFC3339)
+	state := filepath.Join(t.TempDir(), "state.json")
+	os.WriteFile(state, []byte(fmt.Sprintf(`{"version":1,"servers":[`+
+		`{"url":"https://%s","local":true,"lastHealthy":%q,"fetchedAt":%q,"doc":%s},`+
+		`{"url":"https://10.0.0.9:6443","lastHealthy":%q,"fetchedAt":%q,"doc":%s}]}`,
+		rig.upstream, now, now, localDoc, now, now, peerDoc)), 0o600)
+	if n, err := rig.members.Restore(state); n != 1 || err != nil {
+		t.Fatalf("restore: %d, %v", n, err)
+	}
+	const list = "GET /apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads HTTP/1.1\nHost: 127.0.0.1\nAuthorization: Bearer busy\n\n"
+	if d := route.Decide(route.Request{Kind: route.Resource, Verb: "list", GVR: schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "workloads"}}, rig.members.Table(), false, ""); d.Rule != route.RuleUnavailable {
+		t.Fatalf("the rig's table: rule %s (%s), want 5", d.Rule, d.Reason)
+	}
+	rig.mu.Lock()
+	rig.got = nil
+	rig.mu.Unlock()
+	code, hdr, _ := rig.sendAnonymous(t, list)
+	rig.mu.Lock()
+	reached := len(rig.got)
+	rig.mu.Unlock()
+	if reached != 0 || code != http.StatusTooManyRequests || hdr.Get("Retry-After") == "" {
+		t.Errorf("a rule-5 request, token unjudged: %d Retry-After=%q, %d requests reached the local apiserver; want 429 and none", code, hdr.Get("Retry-After"), reached)
+	}
+}
+
+// sendAnonymous writes raw request bytes on a fresh TLS connection that
+// presents no client certificate.
+func (rig *identityRig) sendAnonymous(t *testing.T, raw string) (int, http.Header, string) {
+	t.Helper()
+	conn, err := tls.Dial("tcp", rig.addr, &tls.Config{RootCAs: rig.roots, ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(conn, strings.ReplaceAll(raw, "\n", "\r\n"))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(body)
 }
 
 // A watch through skewgate ends, cleanly, when skewgate shuts down: it

@@ -46,11 +46,15 @@ type Config struct {
 	// WindowHold is how long the skew window stays open after the
 	// apiservers last differed (steering mode auto).
 	WindowHold time.Duration
-	// StateFile keeps every peer's last-known discovery across restarts
-	// (empty: nothing kept).
+	// StateFile keeps every server's last-known discovery and the
+	// rollback graces across restarts (empty: nothing kept).
 	StateFile string
-	UserAgent string
-	Log       *slog.Logger
+	// RollbackGrace is --rollback-grace: how long rule 5 holds what a
+	// server served after it departed, went down or came back serving
+	// less (0: not at all).
+	RollbackGrace time.Duration
+	UserAgent     string
+	Log           *slog.Logger
 	// TLSMinVersion and TLSCipherSuites are named like kube-apiserver's
 	// flags (VersionTLS12, TLS_ECDHE_…); empty: Go's defaults.
 	TLSMinVersion   string
@@ -94,7 +98,7 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 	}
 	p := &Proxy{cfg: cfg, certs: certs, local: local, peers: membership.WithoutSelf(peers, self, cfg.Log)}
 	p.trust = forward.Trust{PeerCA: certs.PeerCA, ClientCert: certs.ProxyClient}
-	p.Members, err = membership.New(membership.Config{Local: local, LocalServerName: localServerName(cfg.LocalServerName, local), Peers: p.peers, RefreshInterval: cfg.RefreshInterval, WindowHold: cfg.WindowHold, Trust: p.trust, UserAgent: cfg.UserAgent, Log: cfg.Log})
+	p.Members, err = membership.New(membership.Config{Local: local, LocalServerName: localServerName(cfg.LocalServerName, local), Peers: p.peers, RefreshInterval: cfg.RefreshInterval, WindowHold: cfg.WindowHold, Grace: memberGrace(cfg.RollbackGrace), Trust: p.trust, UserAgent: cfg.UserAgent, Log: cfg.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -210,6 +214,9 @@ func (c Config) Validate() []error {
 	if c.HTTP2MaxStreams < 0 {
 		errs = append(errs, fmt.Errorf("--http2-max-streams-per-connection %d: want 0 (Go's default) or more", c.HTTP2MaxStreams))
 	}
+	if c.RollbackGrace < 0 {
+		errs = append(errs, fmt.Errorf("--rollback-grace %s: want 0 (no grace) or a positive duration", c.RollbackGrace))
+	}
 	if c.RefreshInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--discovery-refresh-interval %s: want a positive duration", c.RefreshInterval))
 	}
@@ -242,6 +249,15 @@ func (c Config) serviceAccountDir() string {
 		return DefaultServiceAccountDir
 	}
 	return c.ServiceAccountDir
+}
+
+// memberGrace is --rollback-grace as membership takes it: there zero is
+// the default, and NoGrace none.
+func memberGrace(flag time.Duration) time.Duration {
+	if flag == 0 {
+		return membership.NoGrace
+	}
+	return flag
 }
 
 // localServerName is the name the local apiserver is verified by.

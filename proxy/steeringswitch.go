@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -23,7 +25,30 @@ import (
 const (
 	SwitchConfigMap = "skewgate"
 	SwitchKey       = "steering"
+	// GraceKey ends or extends the rollback grace on every node: an
+	// RFC 3339 time; every grace that began before it ends then (see
+	// membership.SetGraceUntil). A time, not a verb like "end" or a
+	// duration: every node reads the same instant whenever it reads the
+	// ConfigMap (a restarted skewgate too), and a value left from one
+	// rollback cannot end the next one's grace, which begins after it.
+	GraceKey = "rollback-grace-until"
 )
+
+// graceOverride reads GraceKey from cm: zero when absent (or cm is nil).
+func graceOverride(cm *corev1.ConfigMap) (time.Time, error) {
+	v, ok := "", false
+	if cm != nil {
+		v, ok = cm.Data[GraceKey]
+	}
+	if !ok || strings.TrimSpace(v) == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339, strings.TrimSpace(v))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("kube-system/%s %s: want an RFC 3339 time such as 2006-01-02T15:04:05Z: %w", SwitchConfigMap, GraceKey, err)
+	}
+	return t, nil
+}
 
 // ValidModes are the values the switch takes.
 var ValidModes = map[string]bool{"always": true, "auto": true, "off": true}
@@ -62,6 +87,17 @@ func (s *SteeringSwitch) set(cm *corev1.ConfigMap, log func(msg string, args ...
 	}
 }
 
+// setGraceOverride applies the cluster's rollback-grace-until; an
+// unreadable value is no override (the flag's grace holds), with a
+// warning: holding every node's breath on a typo would be worse.
+func (p *Proxy) setGraceOverride(cm *corev1.ConfigMap) {
+	until, err := graceOverride(cm)
+	if err != nil {
+		p.cfg.Log.Warn("rollback grace override ignored; --rollback-grace applies", "err", err)
+	}
+	p.Members.SetGraceUntil(until)
+}
+
 // watchSwitch follows kube-system/skewgate. It returns once the first
 // read is done; a ConfigMap that cannot be read (RBAC) leaves the flag's
 // mode in force, with a warning.
@@ -75,11 +111,12 @@ func (p *Proxy) watchSwitch(ctx context.Context, client kubernetes.Interface) {
 	set := func(obj any) {
 		cm, _ := obj.(*corev1.ConfigMap)
 		p.Switch.set(cm, log)
+		p.setGraceOverride(cm)
 	}
 	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    set,
 		UpdateFunc: func(_, obj any) { set(obj) },
-		DeleteFunc: func(any) { p.Switch.set(nil, log) },
+		DeleteFunc: func(any) { set(nil) },
 	})
 	_ = inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
 		if !errors.Is(err, context.Canceled) {

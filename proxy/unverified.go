@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/skewgate/skewgate/proxy/forward"
 	"github.com/skewgate/skewgate/proxy/route"
@@ -62,18 +64,22 @@ func (c *credentialCache) put(key [32]byte, status int, now time.Time) {
 var selfReview = []byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)
 
 // mayTell reports whether the caller may hear skewgate's own answer. If
-// not, it has answered: 401 for a token the apiserver rejects, else the
-// local apiserver's own answer to the request.
+// not, it has answered: 401 for a token the apiserver rejects, a
+// reason-free 429 or 503 when no apiserver could judge the token, else
+// (no token) the local apiserver's own answer to the request.
 func (h *Handler) mayTell(w http.ResponseWriter, r *http.Request, x *exchange) bool {
 	if x.caller.User != nil || x.caller.Peer {
 		return true
 	}
 	if auth := r.Header.Get("Authorization"); auth != "" {
-		switch h.tokenVerdict(r.Context(), auth) {
+		switch status := h.tokenVerdict(r.Context(), auth); status {
 		case http.StatusCreated:
 			return true
 		case http.StatusUnauthorized:
 			reject(w, r, apierrors.NewUnauthorized("Unauthorized"))
+			return false
+		default:
+			h.undecided(w, r, x, status)
 			return false
 		}
 	}
@@ -85,39 +91,74 @@ func (h *Handler) mayTell(w http.ResponseWriter, r *http.Request, x *exchange) b
 	return false
 }
 
-// tokenVerdict asks the local apiserver (or, while it is away, a healthy
-// peer) to authenticate a token: the status of a SelfSubjectReview made
-// with it, or 0 when no server could tell.
+// undecided answers a token caller no apiserver could judge (status: what
+// the SelfSubjectReview got, 0 for no answer). The local apiserver is the
+// one place the request must not go: what skewgate would have answered
+// itself (rule 5, merged discovery without the local document, a peer at
+// its limit) is exactly what the local server answers with a false 404 or
+// a partial /apis — to the garbage collector's token too. The caller
+// retries; it learns nothing of the servers, being unverified.
+func (h *Handler) undecided(w http.ResponseWriter, r *http.Request, x *exchange, status int) {
+	x.decision = route.Decision{Route: route.Unavailable, Rule: x.decision.Rule,
+		Reason: fmt.Sprintf("the caller's token could not be judged (SelfSubjectReview: %d)", status)}
+	w.Header().Set(forward.HeaderRoute, string(route.Unavailable))
+	w.Header().Set(forward.HeaderServer, "skewgate")
+	if status == http.StatusTooManyRequests {
+		forward.Error(w, r, apierrors.NewTooManyRequests("the server has received too many requests and has asked us to try again later", forward.RetryAfterSeconds))
+		return
+	}
+	err := apierrors.NewServiceUnavailable("the server is currently unable to handle the request")
+	err.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: forward.RetryAfterSeconds}
+	forward.Error(w, r, err)
+}
+
+// tokenVerdict asks the local apiserver (while it is away, healthy peers
+// first) to authenticate a token: the status of a SelfSubjectReview made
+// with it. A server that cannot tell (429, a failure, no answer) hands the
+// question to the next healthy server: they share the cluster's
+// authenticators. It returns the last inconclusive status, 0 when no
+// server answered at all.
 func (h *Handler) tokenVerdict(ctx context.Context, auth string) int {
 	key, now := sha256.Sum256([]byte(auth)), time.Now()
 	if status, ok := h.tokens.get(key, now); ok {
 		return status
 	}
-	ids := []string{h.members.LocalID()}
-	if t := h.members.Table(); !t.Local.Healthy {
-		ids = append(healthyPeers(t), ids...)
+	t := h.members.Table()
+	ids := append([]string{h.members.LocalID()}, healthyPeers(t)...)
+	if !t.Local.Healthy {
+		ids = append(healthyPeers(t), h.members.LocalID())
 	}
+	last := 0
 	for _, b := range h.members.Backends(ids) {
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL.String()+"/apis/authentication.k8s.io/v1/selfsubjectreviews", bytes.NewReader(selfReview))
-		if err != nil {
-			cancel()
-			return 0
-		}
-		req.Header.Set("Authorization", auth)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := b.Do(req, true, nil)
-		cancel()
+		status, err := selfSubjectReview(ctx, b, auth)
 		if err != nil {
 			continue
 		}
-		resp.Body.Close()
-		switch resp.StatusCode {
+		switch status {
 		case http.StatusCreated, http.StatusUnauthorized:
-			h.tokens.put(key, resp.StatusCode, now)
-			return resp.StatusCode
+			h.tokens.put(key, status, now)
+			return status
 		}
-		return resp.StatusCode
+		last = status
 	}
-	return 0
+	return last
+}
+
+// selfSubjectReview makes a SelfSubjectReview with auth on b and returns
+// its status code.
+func selfSubjectReview(ctx context.Context, b *forward.Backend, auth string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL.String()+"/apis/authentication.k8s.io/v1/selfsubjectreviews", bytes.NewReader(selfReview))
+	if err != nil {
+		return 0, fmt.Errorf("self subject review on %s: %w", b.ID, err)
+	}
+	req.Header.Set("Authorization", auth)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.Do(req, true, nil)
+	if err != nil {
+		return 0, fmt.Errorf("self subject review on %s: %w", b.ID, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
 }

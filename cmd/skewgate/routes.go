@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -75,10 +76,42 @@ func printRoutes(out io.Writer, v admin.RoutesView, all bool) {
 	if local > 0 {
 		fmt.Fprintf(out, "(%d resources answered by the local server; --all lists them)\n", local)
 	}
+	printGrace(out, v)
 	for k, e := range v.Extra {
 		data, _ := json.Marshal(e)
 		fmt.Fprintf(out, "%s: %s\n", k, data)
 	}
+}
+
+// printGrace lists the types the rollback grace holds: the 503s an
+// operator may end (kube-system/skewgate rollback-grace-until).
+func printGrace(out io.Writer, v admin.RoutesView) {
+	if v.GraceOverride != nil {
+		fmt.Fprintf(out, "\nrollback grace override (kube-system/skewgate rollback-grace-until): %s\n", v.GraceOverride.UTC().Format(time.RFC3339))
+	}
+	if len(v.Grace) == 0 {
+		fmt.Fprintln(out, "\nno type in rollback grace")
+		return
+	}
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "IN ROLLBACK GRACE (503)\tUNTIL\tLEFT\tSERVED BY")
+	for _, g := range v.Grace {
+		var by []string
+		for i, id := range g.Servers {
+			by = append(by, id+" ("+g.Why[i]+")")
+		}
+		left := time.Until(g.Until).Round(time.Second)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", gvrString(g.GVR), g.Until.UTC().Format(time.RFC3339), max(left, 0), strings.Join(by, ", "))
+	}
+	tw.Flush()
+}
+
+func gvrString(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" {
+		return gvr.Version + "/" + gvr.Resource
+	}
+	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
 }
 
 func orDash(s string) string {

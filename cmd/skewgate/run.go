@@ -27,6 +27,7 @@ import (
 	"github.com/skewgate/skewgate/agent"
 	"github.com/skewgate/skewgate/proxy"
 	"github.com/skewgate/skewgate/proxy/admin"
+	"github.com/skewgate/skewgate/proxy/membership"
 )
 
 // runOptions are `skewgate run`'s flags, named like kube-apiserver's.
@@ -45,7 +46,7 @@ type runOptions struct {
 func newRunCmd() *cobra.Command {
 	o := &runOptions{bindAddress: "0.0.0.0", securePort: 16443, adminAddr: "127.0.0.1:16444", mode: string(agent.ModeAuto),
 		logging: logsapi.NewLoggingConfiguration()}
-	o.proxy = proxy.Config{RefreshInterval: 10 * time.Second, WindowHold: 10 * time.Minute, RequestHeaderAllowedNames: []string{"front-proxy-client"},
+	o.proxy = proxy.Config{RefreshInterval: 10 * time.Second, WindowHold: 10 * time.Minute, RollbackGrace: membership.DefaultGrace, RequestHeaderAllowedNames: []string{"front-proxy-client"},
 		StateFile: "/var/lib/skewgate/state.json", HeaderNames: proxy.DefaultHeaderNames()}
 	o.node = agent.NodeConfig{PinPath: "/sys/fs/bpf/skewgate"}
 	cmd := &cobra.Command{
@@ -103,7 +104,8 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.StringSliceVar(&o.proxy.Peers, "peers", nil, "URLs of peer kube-apiservers, comma-separated")
 	f.StringVar(&o.proxy.Kubeconfig, "kubeconfig", "", "kubeconfig for discovering peers from the default/kubernetes EndpointSlices and apiserver identity leases (point it at the local apiserver); without it, in a pod, the ServiceAccount's token and CA toward --local-apiserver")
 	f.DurationVar(&o.proxy.RefreshInterval, "discovery-refresh-interval", o.proxy.RefreshInterval, "how often every server's discovery is re-read (conditionally, by ETag)")
-	f.StringVar(&o.proxy.StateFile, "state-file", o.proxy.StateFile, "where every peer's last-known discovery is kept across restarts, so a peer that is down when skewgate starts answers 503, not 404 (empty: nothing kept)")
+	f.StringVar(&o.proxy.StateFile, "state-file", o.proxy.StateFile, "where every server's last-known discovery and the rollback graces are kept across restarts, so a peer that is down when skewgate starts, or a type a rollback took away, answers 503, not 404, for the rest of its grace (empty: nothing kept)")
+	f.DurationVar(&o.proxy.RollbackGrace, "rollback-grace", o.proxy.RollbackGrace, "how long a type that a server served answers 503 with Retry-After (rule 5), not 404, after the server departed, went down or came back serving less (a rollback); 0: no grace. The ConfigMap kube-system/skewgate (key rollback-grace-until, an RFC 3339 time) ends or extends it on every node at once")
 
 	f = fss.FlagSet("steering")
 	f.BoolVar(&o.node.Steering, "steering", false, "install eBPF (sk_lookup) steering of new connections for --steer-address into the proxy, failing open; --steering-mode says when it steers")

@@ -95,10 +95,15 @@ type RouteView struct {
 
 // RoutesView is /debug/routes.
 type RoutesView struct {
-	Local   string         `json:"local"`
-	Servers []ServerView   `json:"servers"`
-	Routes  []RouteView    `json:"routes"`
-	Extra   map[string]any `json:"extra,omitempty"`
+	Local   string       `json:"local"`
+	Servers []ServerView `json:"servers"`
+	Routes  []RouteView  `json:"routes"`
+	// Grace lists the types the rollback grace holds (503, not 404),
+	// and until when.
+	Grace []membership.GraceType `json:"grace,omitempty"`
+	// GraceOverride is the cluster's rollback-grace-until, if set.
+	GraceOverride *time.Time     `json:"graceOverride,omitempty"`
+	Extra         map[string]any `json:"extra,omitempty"`
 }
 
 // Routes describes every server and the decision for every resource any
@@ -141,6 +146,10 @@ func Routes(m *membership.Members, extra map[string]Extra) RoutesView {
 	for _, gvr := range gvrs {
 		d := route.Decide(route.Request{Kind: route.Resource, Verb: "list", GVR: gvr}, table, false, "")
 		v.Routes = append(v.Routes, RouteView{Resource: gvrString(gvr), Route: string(d.Route), Servers: d.Servers, Rule: d.Rule})
+	}
+	v.Grace = m.InGrace()
+	if until, ok := m.GraceUntil(); ok {
+		v.GraceOverride = &until
 	}
 	for k, f := range extra {
 		v.Extra[k] = f()

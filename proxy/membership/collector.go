@@ -27,6 +27,12 @@ var (
 		[]string{"group_version"}, nil)
 	membersDesc = prometheus.NewDesc("skewgate_members",
 		"Members (not departed) whose discovery is known.", nil, nil)
+	graceEndDesc = prometheus.NewDesc("skewgate_rollback_grace_end_timestamp_seconds",
+		"When the rollback grace of a resource type ends (Unix time): until then rule 5 answers it 503 with Retry-After, after it the local server's 404. Only types the grace holds now; `skewgate routes` lists them.",
+		[]string{"group", "version", "resource"}, nil)
+	graceOverrideDesc = prometheus.NewDesc("skewgate_rollback_grace_override_timestamp_seconds",
+		"The cluster's override of the rollback grace (kube-system/skewgate, rollback-grace-until; Unix time): every grace that began before it ends then. Absent when not set.",
+		nil, nil)
 	discoveryOKDesc = prometheus.NewDesc("skewgate_server_discovery_ok",
 		"Whether the last discovery fetch from the apiserver succeeded (1) or failed, last-known-good kept (0).",
 		[]string{"server"}, nil)
@@ -34,7 +40,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (m *Members) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{healthyDesc, latencyDesc, ageDesc, discoveryOKDesc, infoDesc, gvServersDesc, membersDesc} {
+	for _, d := range []*prometheus.Desc{healthyDesc, latencyDesc, ageDesc, discoveryOKDesc, infoDesc, gvServersDesc, membersDesc, graceEndDesc, graceOverrideDesc} {
 		ch <- d
 	}
 }
@@ -59,6 +65,18 @@ func (m *Members) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	m.collectSkew(ch)
+	m.collectGrace(ch)
+}
+
+// collectGrace exports each type the rollback grace holds, labelled from
+// discovery only, with its end.
+func (m *Members) collectGrace(ch chan<- prometheus.Metric) {
+	for _, g := range m.InGrace() {
+		ch <- prometheus.MustNewConstMetric(graceEndDesc, prometheus.GaugeValue, float64(g.Until.Unix()), g.GVR.Group, g.GVR.Version, g.GVR.Resource)
+	}
+	if until, ok := m.GraceUntil(); ok {
+		ch <- prometheus.MustNewConstMetric(graceOverrideDesc, prometheus.GaugeValue, float64(until.Unix()))
+	}
 }
 
 // collectSkew counts, per group/version, the members serving it: during

@@ -209,11 +209,12 @@ func (m *Members) confirmed(id string, s *server, gen uint64) {
 	now := m.store.Snapshot().Capabilities(id)
 	_, vanished := diffGroupVersions(pre.GroupVersions(), now.GroupVersions())
 	if len(vanished) > 0 {
+		since := m.now()
 		s.mu.Lock()
-		s.lost, s.lostDoc, s.lostUntil = pre, preDoc, time.Now().Add(m.cfg.DepartGrace)
+		s.lost, s.lostDoc, s.lostSince = pre, preDoc, since
 		s.mu.Unlock()
 		m.cfg.Log.Warn("apiserver came back serving less: what it no longer serves answers 503, not 404, for the grace",
-			"server", id, "vanished", vanished, "grace", m.cfg.DepartGrace)
+			"server", id, "vanished", vanished, "grace ends", m.graceEnd(since))
 	}
 	m.publish()
 }

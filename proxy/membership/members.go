@@ -41,9 +41,11 @@ type Config struct {
 	RefreshInterval time.Duration
 	// MissRefreshInterval rate-limits the refresh a routing miss asks for.
 	MissRefreshInterval time.Duration
-	// DepartGrace is how long a server that left membership still counts
-	// as "serving what it served" (rule 5: 503, not 404).
-	DepartGrace time.Duration
+	// Grace is the rollback grace (grace.go): how long a server that
+	// departed, came back serving less or went down still counts as
+	// "serving what it served" (rule 5: 503, not 404). Zero:
+	// DefaultGrace; NoGrace disables it.
+	Grace time.Duration
 	// WindowHold is how long the skew window stays open after the members
 	// last differed (default 10 minutes).
 	WindowHold time.Duration
@@ -77,7 +79,9 @@ func (c *Config) defaults() {
 	set(&c.ProbeTimeout, time.Second)
 	set(&c.RefreshInterval, 10*time.Second)
 	set(&c.MissRefreshInterval, 5*time.Second)
-	set(&c.DepartGrace, 5*time.Minute)
+	if c.Grace == 0 {
+		c.Grace = DefaultGrace
+	}
 	set(&c.WindowHold, 10*time.Minute)
 	set(&c.WindowDebounce, 30*time.Second)
 	if c.PeerMaxInFlight == 0 {
@@ -106,6 +110,11 @@ type Members struct {
 	saved  []byte // what SaveState last wrote
 
 	skew skewWatch
+	// graceUntil is the cluster's override of every grace's end (nil:
+	// none); see SetGraceUntil.
+	graceUntil atomic.Pointer[time.Time]
+	// now is the clock graces are judged by (a seam for tests).
+	now func() time.Time
 	// awaiting is set while the cluster's list of apiservers is still to
 	// be read (AwaitCluster): members are not all known before.
 	awaiting atomic.Bool
@@ -131,7 +140,7 @@ func New(cfg Config) (*Members, error) {
 		return nil, fmt.Errorf("membership: no local apiserver")
 	}
 	m := &Members{cfg: cfg, localID: ID(cfg.Local), store: discovery.NewStore(),
-		servers: map[string]*server{}, kicks: map[string]chan struct{}{}}
+		servers: map[string]*server{}, kicks: map[string]chan struct{}{}, now: time.Now}
 	m.add(cfg.Local, true)
 	for _, p := range cfg.Peers {
 		if ID(p) == m.localID {
@@ -167,14 +176,17 @@ func (m *Members) Run(ctx context.Context) {
 		m.start(ctx, id, s)
 	}
 	m.mu.Unlock()
-	t := time.NewTicker(m.cfg.DepartGrace / 10)
+	// Graces end with time alone: judged again at least every tick, so
+	// one ends at most a tick late (the refresh loops publish too).
+	t := time.NewTicker(min(max(m.cfg.Grace/10, time.Second), 10*time.Second))
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
-			m.forgetDeparted(now)
+		case <-t.C:
+			m.forgetDeparted(m.now())
+			m.publish()
 		}
 	}
 }
@@ -277,6 +289,13 @@ func kick(k chan struct{}) {
 	}
 }
 
+func (m *Members) awaitsReread(id string) bool {
+	m.mu.Lock()
+	s, ok := m.servers[id]
+	m.mu.Unlock()
+	return ok && s.awaitsReread()
+}
+
 // localUp reports whether the local server is up or not probed yet.
 func (m *Members) localUp() bool {
 	m.mu.Lock()
@@ -307,9 +326,11 @@ func (m *Members) Ready() error {
 		return errors.New("the cluster's apiservers not listed yet")
 	}
 	snap := m.Discovery()
-	if snap.Servers[m.localID].Doc == nil && m.localUp() {
+	if ds := snap.Servers[m.localID]; (ds.Doc == nil || ds.Restored) && m.localUp() {
 		// Routing by rule 3a needs no local document while the local
-		// server is down: its requests go to peers that serve them.
+		// server is down: its requests go to peers that serve them. A
+		// restored one is the previous run's: the server may have come
+		// back on another version since.
 		return fmt.Errorf("local discovery (%s) not read yet", m.localID)
 	}
 	for _, st := range m.Statuses() {
@@ -319,6 +340,10 @@ func (m *Members) Ready() error {
 			return fmt.Errorf("%s not probed yet", st.ID)
 		case st.Healthy && (ds.FetchedAt.IsZero() || ds.Restored) && ds.ErrAt.IsZero():
 			return fmt.Errorf("discovery of %s not read yet", st.ID)
+		case m.awaitsReread(st.ID) && ds.ErrAt.IsZero():
+			// Else its doubt would open a skew window that then holds
+			// for the hold time after every restart of skewgate.
+			return fmt.Errorf("discovery of %s not read again since skewgate restarted", st.ID)
 		}
 	}
 	return nil

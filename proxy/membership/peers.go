@@ -12,7 +12,7 @@ const maxPeers = 32
 
 // SetPeers makes the peer set equal to peers (static and discovered ones
 // together). New servers are probed at once. A server that is no longer
-// listed is departed: never routed to, but for DepartGrace what it served
+// listed is departed: never routed to, but for the grace what it served
 // still answers 503, not 404 — a server that shut down gracefully removed
 // itself from the endpoints a moment ago, and its resources are temporarily
 // unavailable, not absent. Listed again, it is a member again.
@@ -27,7 +27,7 @@ func (m *Members) SetPeers(peers []*url.URL) {
 			break
 		}
 	}
-	now := time.Now()
+	now := m.now()
 	m.mu.Lock()
 	for id, u := range want {
 		s, ok := m.servers[id]
@@ -48,20 +48,20 @@ func (m *Members) SetPeers(peers []*url.URL) {
 		if _, ok := want[id]; !ok && !s.local && s.status().Departed == nil {
 			s.setDeparted(now)
 			m.endStreamsIfOut(s)
-			m.cfg.Log.Warn("peer apiserver departed: what it served answers 503, not 404, for the grace", "server", id, "grace", m.cfg.DepartGrace)
+			m.cfg.Log.Warn("peer apiserver departed: what it served answers 503, not 404, for the grace", "server", id, "grace ends", m.graceEnd(now))
 		}
 	}
 	m.mu.Unlock()
 	m.publish()
 }
 
-// forgetDeparted drops servers that left more than DepartGrace ago.
+// forgetDeparted drops departed servers whose grace ended.
 func (m *Members) forgetDeparted(now time.Time) {
 	var gone []string
 	m.mu.Lock()
 	for id, s := range m.servers {
 		st := s.status()
-		if st.Departed == nil || now.Sub(*st.Departed) < m.cfg.DepartGrace {
+		if st.Departed == nil || m.inGrace(*st.Departed, now) {
 			continue
 		}
 		if s.stop != nil {

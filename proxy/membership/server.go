@@ -51,16 +51,20 @@ type server struct {
 	// serves is not known: it may have restarted on another version.
 	downSince   time.Time
 	unconfirmed bool
-	upGen       uint64 // counts returns to health
-	upSince     time.Time
-	downs       []time.Time // when it went down, within flapWindow
+	// restored marks a member the state file brought back unconfirmed:
+	// skewgate is not ready before it is confirmed, or found down.
+	restored bool
+	upGen    uint64 // counts returns to health
+	upSince  time.Time
+	downs    []time.Time // when it went down, within flapWindow
 	// preDown is what it served when it went down; lost is that, kept
-	// until lostUntil, when it came back serving less.
+	// for the grace that began at lostSince, when it came back serving
+	// less.
 	preDown    *discovery.Capabilities
 	preDownDoc *discovery.Doc
 	lost       *discovery.Capabilities
 	lostDoc    *discovery.Doc
-	lostUntil  time.Time
+	lostSince  time.Time
 	// deniedAt is when the server last answered that it has no type its
 	// discovery lists; genuine holds the types whose such answers a
 	// discovery read after the denial confirmed as the type's own, by the
@@ -160,7 +164,7 @@ func (s *server) connFailed(err error) bool {
 func (s *server) noteTransition(was bool, at time.Time) {
 	switch {
 	case was && !s.healthy:
-		s.downSince, s.unconfirmed = at, true
+		s.downSince, s.unconfirmed, s.restored = at, true, false
 		s.genuine = nil // it may come back on another version
 		s.downs = append(recent(s.downs, at), at)
 	case !was && s.healthy:
@@ -224,10 +228,19 @@ func (s *server) confirm(gen uint64) (*discovery.Capabilities, *discovery.Doc) {
 	if !s.unconfirmed || !s.healthy || gen != s.upGen {
 		return nil, nil
 	}
-	s.unconfirmed = false
+	s.unconfirmed, s.restored = false, false
 	pre, doc := s.preDown, s.preDownDoc
 	s.preDown, s.preDownDoc = nil, nil
 	return pre, doc
+}
+
+// awaitsReread reports whether the server is healthy with discovery the
+// state file restored and no read since confirmed: it may have come back
+// on another version while skewgate was down.
+func (s *server) awaitsReread() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.healthy && s.restored && s.unconfirmed
 }
 
 // Status is a server's state for people and metrics.

@@ -35,7 +35,7 @@ func TestHealthThresholds(t *testing.T) {
 
 func TestSetPeersDepartsAndForgets(t *testing.T) {
 	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
-	m, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u("10.0.0.2:6443")}, DepartGrace: time.Minute})
+	m, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u("10.0.0.2:6443")}, Grace: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestRefreshSoonIsRateLimited(t *testing.T) {
 // "unknown", and past the grace the mark goes.
 func TestUnknownPeerWithinGrace(t *testing.T) {
 	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
-	m, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u("10.0.0.2:6443"), u("10.0.0.3:6443")}, DepartGrace: time.Minute})
+	m, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u("10.0.0.2:6443"), u("10.0.0.3:6443")}, Grace: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,16 +18,21 @@ import (
 )
 
 // stateVersion is the layout of the state file; another layout is ignored.
+// Fields were only ever added to layout 1: a file an older skewgate wrote
+// restores what it holds, and an older skewgate (a rollback of skewgate
+// itself) reads a newer file, ignoring what it does not know.
 const stateVersion = 1
 
 // stateResolution is how precisely the state file says when a peer was last
 // healthy; a restored peer's grace may end this much early.
 const stateResolution = 30 * time.Second
 
-// savedState is what a run leaves for the next: every peer seen healthy and
-// what it served. A skewgate that restarts while a peer is down (and, with
-// --kubeconfig, already gone from the EndpointSlices) knows from it that the
-// peer's resources are unavailable, not absent.
+// savedState is what a run leaves for the next: every server seen healthy
+// (the local one too) and what it served, and the graces in force. A
+// skewgate that restarts while a peer is down (and, with --kubeconfig,
+// already gone from the EndpointSlices), or inside a rollback's grace,
+// knows from it that the types those servers served are unavailable, not
+// absent, for the rest of their grace.
 type savedState struct {
 	Version int           `json:"version"`
 	Servers []savedServer `json:"servers"`
@@ -35,17 +40,24 @@ type savedState struct {
 
 type savedServer struct {
 	URL string `json:"url"`
+	// Local marks the local apiserver, whatever its URL is next time.
+	Local bool `json:"local,omitempty"`
 	// LastHealthy is when a probe last found it healthy.
 	LastHealthy time.Time      `json:"lastHealthy"`
 	FetchedAt   time.Time      `json:"fetchedAt"`
 	Doc         *discovery.Doc `json:"doc"`
+	// LostDoc is what it served before it came back serving less, at
+	// LostSince: the grace of a rollback, which began then.
+	LostDoc   *discovery.Doc `json:"lostDoc,omitempty"`
+	LostSince time.Time      `json:"lostSince,omitzero"`
 }
 
-// SaveState writes every peer that has been healthy and whose discovery is
-// known to path, atomically (a temporary file renamed over it, mode 0600).
-// It writes only when the content changed since the last save.
+// SaveState writes every server that has been healthy and whose discovery
+// is known, and the graces in force, to path, atomically (a temporary file
+// renamed over it, mode 0600). It writes only when the content changed
+// since the last save.
 func (m *Members) SaveState(path string) error {
-	snap := m.Discovery()
+	snap, now := m.Discovery(), m.now()
 	st := savedState{Version: stateVersion}
 	m.mu.Lock()
 	for id, s := range m.servers {
@@ -53,12 +65,17 @@ func (m *Members) SaveState(path string) error {
 		// Coarse, so a file that says the same is not rewritten (and
 		// fsynced, on a disk etcd may share) after every probe.
 		last := s.lastHealthy.Truncate(stateResolution)
+		lost, lostSince := s.lostDoc, s.lostSince
 		s.mu.Unlock()
 		ds := snap.Servers[id]
-		if s.local || last.IsZero() || ds.Doc == nil {
+		if last.IsZero() || ds.Doc == nil {
 			continue
 		}
-		st.Servers = append(st.Servers, savedServer{URL: s.backend.URL.String(), LastHealthy: last, FetchedAt: ds.FetchedAt, Doc: ds.Doc})
+		saved := savedServer{URL: s.backend.URL.String(), Local: s.local, LastHealthy: last, FetchedAt: ds.FetchedAt, Doc: ds.Doc}
+		if lost != nil && m.inGrace(lostSince, now) {
+			saved.LostDoc, saved.LostSince = lost, lostSince
+		}
+		st.Servers = append(st.Servers, saved)
 	}
 	m.mu.Unlock()
 	slices.SortFunc(st.Servers, func(a, b savedServer) int { return strings.Compare(a.URL, b.URL) })
@@ -102,13 +119,18 @@ func writeAtomic(path string, data []byte) error {
 	return os.Rename(f.Name(), path)
 }
 
-// Restore brings back, before Run, the peers the state file at path names
-// that were healthy within DepartGrace: their last-known discovery becomes
-// last-known-good (confirmed or replaced by the first fetch), and one that
-// is not a member now comes back departed since it was last healthy, so its
-// resources answer 503 until the grace ends or it is listed again. It
-// returns how many it restored. A missing file restores nothing and is no
-// error.
+// Restore brings back, before Run, the servers the state file at path
+// names that were healthy within the grace: their last-known discovery
+// becomes last-known-good (confirmed or replaced by the first fetch), and
+// a peer that is not a member now comes back departed since it was last
+// healthy, so its types answer 503 until the grace ends or it is listed
+// again. A member (the local server too) comes back as one that went
+// down then: until a read after its return is judged it may have come
+// back on another version, and if it serves less, what it served is held
+// for a grace that begins then — a rollback that happened while skewgate
+// was restarting. A rollback's grace already in force comes back with its
+// start. It returns how many peers it restored. A missing file restores
+// nothing and is no error.
 func (m *Members) Restore(path string) (int, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -124,7 +146,7 @@ func (m *Members) Restore(path string) (int, error) {
 	if st.Version != stateVersion {
 		return 0, fmt.Errorf("state file %s: layout %d, this build reads %d", path, st.Version, stateVersion)
 	}
-	n := m.restore(st.Servers, time.Now())
+	n := m.restore(st.Servers, m.now())
 	m.publish()
 	return n, nil
 }
@@ -135,25 +157,37 @@ func (m *Members) restore(servers []savedServer, now time.Time) int {
 	defer m.mu.Unlock()
 	for _, saved := range servers {
 		u, err := url.Parse(saved.URL)
-		if err != nil || saved.Doc == nil || now.Sub(saved.LastHealthy) >= m.cfg.DepartGrace {
+		if err != nil || saved.Doc == nil || !m.inGrace(saved.LastHealthy, now) {
 			continue
 		}
 		id := ID(u)
-		if id == m.localID {
-			continue
+		if saved.Local {
+			id = m.localID
+		} else if id == m.localID {
+			continue // a peer then, the local server now: its own entry says
 		}
 		s, member := m.servers[id]
 		if !member {
 			s = m.add(u, false)
 			s.setDeparted(saved.LastHealthy)
 		}
+		m.store.Restore(id, saved.Doc, saved.FetchedAt)
+		caps := m.store.Snapshot().Capabilities(id)
 		s.mu.Lock()
 		if s.lastHealthy.IsZero() {
 			s.lastHealthy = saved.LastHealthy
 		}
+		if member && !s.unconfirmed {
+			s.unconfirmed, s.restored, s.downSince = true, true, saved.LastHealthy
+			s.preDown, s.preDownDoc = caps, saved.Doc
+		}
+		if saved.LostDoc != nil && m.inGrace(saved.LostSince, now) && s.lost == nil {
+			s.lost, s.lostDoc, s.lostSince = discovery.NewCapabilities(saved.LostDoc), saved.LostDoc, saved.LostSince
+		}
 		s.mu.Unlock()
-		m.store.Restore(id, saved.Doc, saved.FetchedAt)
-		n++
+		if !s.local {
+			n++
+		}
 	}
 	return n
 }

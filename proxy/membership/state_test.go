@@ -1,13 +1,18 @@
 package membership
 
 import (
+	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -78,7 +83,7 @@ func TestStateRoundTrip(t *testing.T) {
 func TestRestoreSkipsWhatItCannotUse(t *testing.T) {
 	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
 	dir := t.TempDir()
-	m, err := New(Config{Local: u("127.0.0.1:6443"), DepartGrace: time.Minute})
+	m, err := New(Config{Local: u("127.0.0.1:6443"), Grace: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,4 +140,219 @@ func TestDepartedProbesDoNotRenewLastHealthy(t *testing.T) {
 	if !s.lastHealthy.Equal(first) {
 		t.Errorf("lastHealthy %v, want %v: a departed server's probes must not renew it", s.lastHealthy, first)
 	}
+}
+
+// rolledBack is a Members whose peer 10.0.0.2 served workloads, went down
+// and came back serving less (a rollback), at the clock's time.
+func rolledBack(t *testing.T, grace time.Duration, clock *time.Time) *Members {
+	t.Helper()
+	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
+	m, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u("10.0.0.2:6443")}, Grace: grace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.now = func() time.Time { return *clock }
+	newDoc := workloadsDoc()
+	newDoc.APIs.Items[0].Name = "scheduling.k8s.io"
+	const b = "10.0.0.2:6443"
+	healthy(m, m.localID, &discovery.Doc{}, *clock)
+	healthy(m, b, newDoc, *clock)
+	s := m.servers[b]
+	down := errors.New("readyz: 500")
+	s.observe(time.Millisecond, down, *clock)
+	s.observe(time.Millisecond, down, *clock)
+	m.notePreDown(s)
+	healthy(m, b, &discovery.Doc{}, *clock) // back on the old version
+	return m
+}
+
+// healthy makes server id pass its probes and confirms doc as what it
+// serves, as the probe and refresh loops do.
+func healthy(m *Members, id string, doc *discovery.Doc, at time.Time) {
+	s := m.servers[id]
+	s.observe(time.Millisecond, nil, at)
+	s.observe(time.Millisecond, nil, at)
+	gen := s.confirmable()
+	m.store.Record(id, doc, nil)
+	m.confirmed(id, s, gen)
+	m.publish()
+}
+
+// Bug: the rollback grace lived only in memory. A skewgate restarted
+// inside it (an OOM, a rollout, the node's kubelet downgrade) answered
+// 404 at once for the type the rollback took away. Restored from the
+// state file, the grace holds to its original end, and not after.
+func TestGraceSurvivesRestart(t *testing.T) {
+	clock := time.Now()
+	path := filepath.Join(t.TempDir(), "state.json")
+	first := rolledBack(t, time.Minute, &clock)
+	rolledAt := clock
+	if d := route.Decide(workloads, first.Table(), false, "c"); d.Rule != route.RuleUnavailable {
+		t.Fatalf("before the restart: rule %s (%s), want 5", d.Rule, d.Reason)
+	}
+	clock = clock.Add(20 * time.Second)
+	if err := first.SaveState(path); err != nil {
+		t.Fatal(err)
+	}
+
+	clock = clock.Add(10 * time.Second) // skewgate restarts
+	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
+	next, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u("10.0.0.2:6443")}, Grace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.now = func() time.Time { return clock }
+	if _, err := next.Restore(path); err != nil {
+		t.Fatal(err)
+	}
+	if ds := next.Discovery().Servers[next.localID]; ds.Doc == nil || !ds.Restored {
+		t.Errorf("the local server's last document not restored: %+v", ds)
+	}
+	if d := route.Decide(workloads, next.Table(), false, "c"); d.Rule != route.RuleUnavailable {
+		t.Errorf("restored, before any probe: rule %s (%s), want 5", d.Rule, d.Reason)
+	}
+	// Both servers answer again, on the versions they had.
+	healthy(next, next.localID, &discovery.Doc{}, clock)
+	healthy(next, "10.0.0.2:6443", &discovery.Doc{}, clock)
+	if err := next.Ready(); err != nil {
+		t.Fatalf("not ready after both were read: %v", err)
+	}
+	for _, at := range []time.Duration{0, 59 * time.Second} {
+		clock = rolledAt.Add(at)
+		next.publish()
+		if d := route.Decide(workloads, next.Table(), false, "c"); d.Route != route.Unavailable || d.Rule != route.RuleUnavailable || !slices.Equal(d.Servers, []string{"10.0.0.2:6443"}) {
+			t.Errorf("%s into the grace, after the restart: %s rule %s %v (%s), want unavailable by rule 5 from 10.0.0.2", at, d.Route, d.Rule, d.Servers, d.Reason)
+		}
+	}
+	g := next.InGrace()
+	if len(g) != 1 || g[0].GVR != workloads.GVR || !g[0].Until.Equal(rolledAt.Add(time.Minute)) {
+		t.Errorf("in grace: %+v, want workloads until %v", g, rolledAt.Add(time.Minute))
+	}
+	clock = rolledAt.Add(time.Minute)
+	next.publish()
+	if d := route.Decide(workloads, next.Table(), false, "c"); d.Rule != route.RuleNobody {
+		t.Errorf("the grace over: rule %s (%s), want the genuine 404 (rule 6)", d.Rule, d.Reason)
+	}
+	if g := next.InGrace(); len(g) != 0 {
+		t.Errorf("in grace after its end: %+v", g)
+	}
+	// Saved after its end, the grace is not written again.
+	if err := next.SaveState(path); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(path); strings.Contains(string(data), "lostDoc") {
+		t.Errorf("a grace that ended is saved: %s", data)
+	}
+}
+
+// The cluster's override ends every grace that began before it at once,
+// or holds it longer; a grace that begins after it is the flag's.
+func TestGraceOverride(t *testing.T) {
+	clock := time.Now()
+	m := rolledBack(t, time.Minute, &clock)
+	rolledAt := clock
+	rule := func() route.Rule { m.publish(); return route.Decide(workloads, m.Table(), false, "c").Rule }
+	m.SetGraceUntil(rolledAt.Add(10 * time.Minute))
+	clock = rolledAt.Add(2 * time.Minute)
+	if r := rule(); r != route.RuleUnavailable {
+		t.Errorf("held to the override, past the flag's minute: rule %s, want 5", r)
+	}
+	m.SetGraceUntil(clock) // "end it now"
+	if r := rule(); r != route.RuleNobody {
+		t.Errorf("ended by the override: rule %s, want 6", r)
+	}
+	m.SetGraceUntil(time.Time{})
+	if r := rule(); r != route.RuleNobody {
+		t.Errorf("the override removed past the flag's end: rule %s, want 6", r)
+	}
+
+	// An override left in the ConfigMap from an earlier rollback does
+	// not end the next one.
+	later := clock.Add(time.Hour)
+	next := rolledBack(t, time.Minute, &later)
+	next.SetGraceUntil(clock)
+	if r := route.Decide(workloads, next.Table(), false, "c").Rule; r != route.RuleUnavailable {
+		t.Errorf("a rollback after an old override: rule %s, want 5 for the flag's grace", r)
+	}
+}
+
+// --rollback-grace=0: a rollback's types are absent at once.
+func TestNoGrace(t *testing.T) {
+	clock := time.Now()
+	m := rolledBack(t, NoGrace, &clock)
+	if d := route.Decide(workloads, m.Table(), false, "c"); d.Rule != route.RuleNobody {
+		t.Errorf("no grace: rule %s (%s), want 6", d.Rule, d.Reason)
+	}
+}
+
+// A rollback that happens while skewgate restarts (the node's kubelet
+// downgrade restarts both) is seen: the restored document is what the
+// server served before, and the first read after it answers again judges
+// whether it came back serving less.
+func TestRollbackWhileRestarting(t *testing.T) {
+	clock := time.Now()
+	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
+	path := filepath.Join(t.TempDir(), "state.json")
+	first, err := New(Config{Local: u("127.0.0.1:6443"), Grace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.now = func() time.Time { return clock }
+	newDoc := workloadsDoc()
+	newDoc.APIs.Items[0].Name = "scheduling.k8s.io"
+	healthy(first, first.localID, newDoc, clock)
+	if err := first.SaveState(path); err != nil {
+		t.Fatal(err)
+	}
+	next, err := New(Config{Local: u("127.0.0.1:6443"), Grace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(30 * time.Second)
+	next.now = func() time.Time { return clock }
+	if _, err := next.Restore(path); err != nil {
+		t.Fatal(err)
+	}
+	healthy(next, next.localID, &discovery.Doc{}, clock) // the local server is back on the old version
+	if d := route.Decide(workloads, next.Table(), false, "c"); d.Rule != route.RuleUnavailable || !slices.Equal(d.Servers, []string{next.localID}) {
+		t.Errorf("the local server rolled back across the restart: rule %s %v (%s), want 5 from the local server", d.Rule, d.Servers, d.Reason)
+	}
+	clock = clock.Add(time.Minute)
+	next.publish()
+	if d := route.Decide(workloads, next.Table(), false, "c"); d.Rule != route.RuleNobody {
+		t.Errorf("a minute later: rule %s, want 6", d.Rule)
+	}
+}
+
+// The grace metric names the held type and its end, and the override.
+func TestGraceMetric(t *testing.T) {
+	clock := time.Now()
+	m := rolledBack(t, time.Minute, &clock)
+	want := fmt.Sprintf(`skewgate_rollback_grace_end_timestamp_seconds{group="scheduling.k8s.io",resource="workloads",version="v1alpha2"} %v`, float64(clock.Add(time.Minute).Unix()))
+	if got := gather(t, m); !strings.Contains(got, want) || strings.Contains(got, "override") {
+		t.Errorf("metrics lack %q or show an override:\n%s", want, got)
+	}
+	m.SetGraceUntil(clock.Add(time.Hour))
+	if got := gather(t, m); !strings.Contains(got, fmt.Sprintf("skewgate_rollback_grace_override_timestamp_seconds %v", float64(clock.Add(time.Hour).Unix()))) ||
+		!strings.Contains(got, fmt.Sprintf("} %v", float64(clock.Add(time.Hour).Unix()))) {
+		t.Errorf("after an override an hour on:\n%s", got)
+	}
+}
+
+func gather(t *testing.T, c prometheus.Collector) string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		if !strings.Contains(mf.GetName(), "grace") {
+			continue
+		}
+		expfmt.MetricFamilyToText(&b, mf)
+	}
+	return b.String()
 }

@@ -16,7 +16,7 @@ func (m *Members) publish() {
 	m.pubMu.Lock()
 	defer m.pubMu.Unlock()
 	m.mu.Lock()
-	now := time.Now()
+	now := m.now()
 	var healthy []string
 	statuses := make(map[string]Status, len(m.servers))
 	doubts := make(map[string]doubt, len(m.servers))
@@ -39,9 +39,10 @@ func (m *Members) publish() {
 	m.mu.Unlock()
 
 	m.store.SetHealthy(healthy)
-	m.store.SetAway(awayDocs(m.store.Snapshot(), statuses, doubts, time.Now(), m.cfg.DepartGrace))
+	inGrace := func(start time.Time) bool { return m.inGrace(start, now) }
+	m.store.SetAway(awayDocs(m.store.Snapshot(), statuses, doubts, inGrace))
 	snap := m.store.Snapshot()
-	t := &route.Table{}
+	t := &route.Table{Served: served(snap, statuses, doubts, inGrace)}
 	for id, st := range statuses {
 		rs := route.Server{ID: id, Healthy: st.Healthy, Latency: st.Latency, Departed: st.Departed != nil}
 		if c := snap.Capabilities(id); c != nil {
@@ -49,14 +50,14 @@ func (m *Members) publish() {
 		} else {
 			// Re-evaluated at least every RefreshInterval, when the
 			// refresh loop publishes.
-			rs.Unknown = st.Departed == nil && now.Sub(st.Joined) < m.cfg.DepartGrace
+			rs.Unknown = st.Departed == nil && inGrace(st.Joined)
 		}
 		if d := doubts[id]; st.Departed == nil {
-			rs.Unknown = rs.Unknown || d.unconfirmed && now.Sub(d.downSince) < m.cfg.DepartGrace
+			rs.Unknown = rs.Unknown || d.unconfirmed && inGrace(d.downSince)
 			switch {
-			case d.lost != nil && now.Before(d.lostUntil):
+			case d.lost != nil && inGrace(d.lostSince):
 				rs.Lost = d.lost
-			case d.unconfirmed && d.preDown != nil && now.Sub(d.downSince) < m.cfg.DepartGrace:
+			case d.unconfirmed && d.preDown != nil && inGrace(d.downSince):
 				// Until the first read after its return is judged, what
 				// it served before is all routing may assume it lost.
 				rs.Lost = d.preDown
@@ -84,19 +85,19 @@ type doubt struct {
 	preDownDoc  *discovery.Doc
 	lost        *discovery.Capabilities
 	lostDoc     *discovery.Doc
-	lostUntil   time.Time
+	lostSince   time.Time
 }
 
 func (s *server) doubt() doubt {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return doubt{s.unconfirmed, s.downSince, s.preDown, s.preDownDoc, s.lost, s.lostDoc, s.lostUntil}
+	return doubt{s.unconfirmed, s.downSince, s.preDown, s.preDownDoc, s.lost, s.lostDoc, s.lostSince}
 }
 
 // awayDocs are the docs of servers away within the grace, in ID order:
 // down or departed (their last-known doc), or back serving less (what they
 // served before).
-func awayDocs(snap *discovery.Snapshot, statuses map[string]Status, doubts map[string]doubt, now time.Time, grace time.Duration) []*discovery.Doc {
+func awayDocs(snap *discovery.Snapshot, statuses map[string]Status, doubts map[string]doubt, inGrace func(time.Time) bool) []*discovery.Doc {
 	ids := make([]string, 0, len(statuses))
 	for id := range statuses {
 		ids = append(ids, id)
@@ -106,18 +107,45 @@ func awayDocs(snap *discovery.Snapshot, statuses map[string]Status, doubts map[s
 	for _, id := range ids {
 		st, d := statuses[id], doubts[id]
 		switch {
-		case st.Departed != nil && now.Sub(*st.Departed) < grace,
-			!st.Healthy && d.unconfirmed && now.Sub(d.downSince) < grace:
+		case st.Departed != nil && inGrace(*st.Departed),
+			!st.Healthy && d.unconfirmed && inGrace(d.downSince):
 			if doc := snap.Servers[id].Doc; doc != nil {
 				out = append(out, doc)
 			}
 		}
 		switch {
-		case d.lostDoc != nil && now.Before(d.lostUntil):
+		case d.lostDoc != nil && inGrace(d.lostSince):
 			out = append(out, d.lostDoc)
-		case d.unconfirmed && d.preDownDoc != nil && now.Sub(d.downSince) < grace:
+		case d.unconfirmed && d.preDownDoc != nil && inGrace(d.downSince):
 			out = append(out, d.preDownDoc)
 		}
+	}
+	return out
+}
+
+// served is what some member served within the grace: every document
+// membership holds (members', and departed servers' within their grace)
+// and what servers served before they went down or came back serving
+// less. Rule 5 holds only these types: any other is absent, a genuine
+// 404 at once, even while a peer is away or not known yet.
+func served(snap *discovery.Snapshot, statuses map[string]Status, doubts map[string]doubt, inGrace func(time.Time) bool) route.Capabilities {
+	var out anyOf
+	for _, id := range snap.IDs {
+		st, member := statuses[id]
+		if c := snap.Capabilities(id); c != nil && member && (st.Departed == nil || inGrace(*st.Departed)) {
+			out = append(out, c)
+		}
+	}
+	for _, d := range doubts {
+		if d.lost != nil && inGrace(d.lostSince) {
+			out = append(out, d.lost)
+		}
+		if d.unconfirmed && d.preDown != nil && inGrace(d.downSince) {
+			out = append(out, d.preDown)
+		}
+	}
+	if len(out) == 0 {
+		return nil
 	}
 	return out
 }

@@ -70,6 +70,12 @@ type Server struct {
 type Table struct {
 	Local Server
 	Peers []Server
+	// Served is what some member served within the grace (nil: nothing
+	// known): departed and away servers' documents, and what servers
+	// served before they came back serving less. A peer not known yet
+	// holds only these types under rule 5; any other type nobody serves
+	// now is absent at once — a CRD-presence probe must hear its 404.
+	Served Capabilities
 	// localIDs is []string{Local.ID}, made once by SetLocal so that a
 	// local decision allocates nothing.
 	localIDs []string
@@ -278,14 +284,17 @@ func covers(a, b []string) bool {
 
 // unservedLocally decides for a request no healthy or unhealthy peer's
 // current discovery lists: unavailable while a server may still serve it
-// (rule 5), otherwise the local server's genuine 404 (rule 6).
+// (rule 5: it served it before it came back serving less, or a peer not
+// known yet may, for a type some member served within the grace),
+// otherwise the local server's genuine 404 (rule 6).
 func unservedLocally(q question, t *Table) Decision {
 	var unknown, lost []Server
+	servedRecently := t.Served != nil && q.of(t.Served)
 	for _, p := range append([]Server{t.Local}, t.Peers...) {
 		switch {
 		case p.Lost != nil && q.of(p.Lost):
 			lost = append(lost, p)
-		case p.Unknown && p.ID != t.Local.ID:
+		case p.Unknown && p.ID != t.Local.ID && servedRecently:
 			unknown = append(unknown, p)
 		}
 	}
@@ -295,7 +304,7 @@ func unservedLocally(q question, t *Table) Decision {
 	}
 	if len(unknown) > 0 {
 		return Decision{Route: Unavailable, Servers: ids(unknown), Rule: RuleUnavailable,
-			Reason: fmt.Sprintf("local server does not serve %s and what %d peer(s) serve is not known yet", q.what(), len(unknown))}
+			Reason: fmt.Sprintf("local server does not serve %s, a member served it within the grace, and what %d peer(s) serve is not known yet", q.what(), len(unknown))}
 	}
 	return local(t, RuleNobody, "no server serves "+q.what()+": the local server's 404 is genuine")
 }

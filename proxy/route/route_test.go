@@ -154,6 +154,14 @@ func TestDecide(t *testing.T) {
 	rolledBack.Lost = newCaps
 	localRolledBack := table(oldCaps)
 	localRolledBack.Local.Lost = newCaps
+	// withServed is t where some member served c within the grace.
+	withServed := func(c Capabilities, t *Table) *Table {
+		t.Served = c
+		return t
+	}
+	monitoring := Request{Kind: Resource, Verb: "get", GVR: schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheuses"}}
+	monitoringGroup := Request{Kind: DiscoveryGroup, Verb: "get", GV: schema.GroupVersion{Group: "monitoring.coreos.com", Version: "v1"}}
+	workloadsGroup := Request{Kind: DiscoveryGroup, Verb: "get", GV: schema.GroupVersion{Group: "scheduling.k8s.io", Version: "v1alpha2"}}
 	away := func(local Capabilities, peers ...Server) *Table {
 		t := table(local, peers...)
 		t.Local.Healthy = false
@@ -186,11 +194,19 @@ func TestDecide(t *testing.T) {
 		{"peers down", workloads, table(oldCaps, peer("b", false, 0, newCaps)), false, Unavailable, "5", []string{"b"}},
 		{"departed within grace", workloads, table(oldCaps, departed), false, Unavailable, "5", []string{"c"}},
 		{"peer discovery unknown past the grace", workloads, table(oldCaps, peer("b", true, 0, nil)), false, Local, "6", []string{"a"}},
-		{"peer discovery not known yet", workloads, table(oldCaps, unknown), false, Unavailable, "5", []string{"u"}},
+		{"peer discovery not known yet, a member served it within the grace", workloads, withServed(newCaps, table(oldCaps, unknown)), false, Unavailable, "5", []string{"u"}},
+		{"peer discovery not known yet, nobody served it within the grace", workloads, withServed(oldCaps, table(oldCaps, unknown)), false, Local, "6", []string{"a"}},
+		{"peer discovery not known yet, nothing known served", workloads, table(oldCaps, unknown), false, Local, "6", []string{"a"}},
+		{"CRD-presence probe while a peer is not known", monitoring, withServed(newCaps, table(oldCaps, unknown)), false, Local, "6", []string{"a"}},
+		{"CRD-presence probe while a peer is away and another not known", monitoring, withServed(newCaps, table(oldCaps, restarting, unknown)), false, Local, "6", []string{"a"}},
+		{"group document never served, a peer not known", monitoringGroup, withServed(newCaps, table(oldCaps, unknown)), false, Local, "6", []string{"a"}},
+		{"group document served within the grace, a peer not known", workloadsGroup, withServed(newCaps, table(oldCaps, unknown)), false, Unavailable, "5", []string{"u"}},
+		{"CRD-presence probe while a peer rolled back", monitoring, withServed(newCaps, table(oldCaps, rolledBack)), false, Local, "6", []string{"a"}},
 		{"not known yet, another peer serves", workloads, table(oldCaps, unknown, peer("b", true, 0, newCaps)), false, Peer, "4", []string{"b"}},
 		{"not known yet, a peer down serves", workloads, table(oldCaps, unknown, peer("b", false, 0, newCaps)), false, Unavailable, "5", []string{"b"}},
 		{"not known yet, local serves", pods, table(oldCaps, unknown), false, Local, "3", []string{"a"}},
-		{"a peer down may come back serving it", workloads, table(oldCaps, restarting), false, Unavailable, "5", []string{"r"}},
+		{"a peer down may come back serving what a member served", workloads, withServed(newCaps, table(oldCaps, restarting)), false, Unavailable, "5", []string{"r"}},
+		{"a peer down, nobody served it within the grace", workloads, withServed(oldCaps, table(oldCaps, restarting)), false, Local, "6", []string{"a"}},
 		{"a peer down, local serves", pods, table(oldCaps, restarting), false, Local, "3", []string{"a"}},
 		{"a peer rolled back within the grace", workloads, table(oldCaps, rolledBack), false, Unavailable, "5", []string{"rb"}},
 		{"the local server rolled back within the grace", workloads, localRolledBack, false, Unavailable, "5", []string{"a"}},

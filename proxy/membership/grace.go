@@ -1,0 +1,175 @@
+package membership
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/skewgate/skewgate/proxy/discovery"
+	"github.com/skewgate/skewgate/proxy/route"
+)
+
+// The rollback grace is how long what a server served outlives its
+// serving it: a server that departed, came back serving less (a rollback),
+// or went down and is not re-read yet still counts, for rule 5, as one
+// that may serve its types again — 503 with Retry-After, not 404. Each
+// grace has a start (the departure, the return, the down) saved in the
+// state file; its end is derived from the start, Config.Grace and the
+// cluster's override, so a restart of skewgate neither ends nor extends
+// it, and the operator's override moves every node's end at once.
+
+// DefaultGrace is Config.Grace's default; docs/routing.md says why.
+const DefaultGrace = 5 * time.Minute
+
+// NoGrace as Config.Grace disables the grace: what a server no longer
+// serves is absent at once (unless the cluster's override holds it).
+const NoGrace time.Duration = -1
+
+// SetGraceUntil sets the cluster's override (kube-system/skewgate, key
+// rollback-grace-until): every grace that began at or before until ends at
+// until, sooner or later than its own end; one that begins after it is the
+// flag's. Zero removes the override.
+func (m *Members) SetGraceUntil(until time.Time) {
+	prev := m.graceUntil.Load()
+	switch {
+	case until.IsZero() && prev == nil:
+		return
+	case until.IsZero():
+		m.graceUntil.Store(nil)
+	case prev != nil && prev.Equal(until):
+		return
+	default:
+		m.graceUntil.Store(&until)
+	}
+	m.cfg.Log.Info("rollback grace override changed", "until", until, "set", !until.IsZero())
+	m.forgetDeparted(m.now())
+	m.publish()
+}
+
+// GraceUntil is the cluster's override, if set.
+func (m *Members) GraceUntil() (time.Time, bool) {
+	if u := m.graceUntil.Load(); u != nil {
+		return *u, true
+	}
+	return time.Time{}, false
+}
+
+// graceEnd is when a grace that began at start ends.
+func (m *Members) graceEnd(start time.Time) time.Time {
+	if u := m.graceUntil.Load(); u != nil && !start.After(*u) {
+		return *u
+	}
+	return start.Add(max(m.cfg.Grace, 0))
+}
+
+// inGrace reports whether a grace that began at start holds at now.
+func (m *Members) inGrace(start, now time.Time) bool {
+	return !start.IsZero() && now.Before(m.graceEnd(start))
+}
+
+// anyOf serves what any of its capabilities serves: the types some member
+// served within the grace (route.Table.Served).
+type anyOf []route.Capabilities
+
+func (a anyOf) Serves(gvr schema.GroupVersionResource, sub string) bool {
+	return slices.ContainsFunc(a, func(c route.Capabilities) bool { return c.Serves(gvr, sub) })
+}
+
+func (a anyOf) ServesGroupVersion(gv schema.GroupVersion) bool {
+	return slices.ContainsFunc(a, func(c route.Capabilities) bool { return c.ServesGroupVersion(gv) })
+}
+
+func (a anyOf) ServesGroup(group string) bool {
+	return slices.ContainsFunc(a, func(c route.Capabilities) bool { return c.ServesGroup(group) })
+}
+
+func (a anyOf) Namespaced(gvr schema.GroupVersionResource) (bool, bool) {
+	for _, c := range a {
+		if ns, ok := c.Namespaced(gvr); ok {
+			return ns, true
+		}
+	}
+	return false, false
+}
+
+func (a anyOf) Resources(gv schema.GroupVersion) []string {
+	var out []string
+	for _, c := range a {
+		out = append(out, c.Resources(gv)...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// GraceType is a resource type answered 503 by rule 5 only because a
+// grace holds: for people (skewgate routes) and the grace metric.
+type GraceType struct {
+	GVR schema.GroupVersionResource `json:"gvr"`
+	// Until is when its grace ends, as things stand (the latest of its
+	// servers').
+	Until time.Time `json:"until"`
+	// Servers served it; Why says how each stopped.
+	Servers []string `json:"servers"`
+	Why     []string `json:"why"`
+}
+
+// graceSource is one server's types held by a grace.
+type graceSource struct {
+	id, why string
+	caps    *discovery.Capabilities
+	until   time.Time
+}
+
+// InGrace lists, sorted, the resource types that rule 5 answers with 503
+// now because a grace holds them: types a departed server, a server back
+// serving less, or one down and not re-read served, which no server in
+// routing serves. Bounded by discovery: nothing a client sent names them.
+func (m *Members) InGrace() []GraceType {
+	now, snap, t := m.now(), m.Discovery(), m.Table()
+	var sources []graceSource
+	m.mu.Lock()
+	for id, s := range m.servers {
+		st, d := s.status(), s.doubt()
+		switch {
+		case st.Departed != nil && m.inGrace(*st.Departed, now):
+			sources = append(sources, graceSource{id, "departed", snap.Capabilities(id), m.graceEnd(*st.Departed)})
+		case d.lost != nil && m.inGrace(d.lostSince, now):
+			sources = append(sources, graceSource{id, "came back serving less", d.lost, m.graceEnd(d.lostSince)})
+		case d.unconfirmed && d.preDown != nil && m.inGrace(d.downSince, now):
+			sources = append(sources, graceSource{id, "down, not re-read since", d.preDown, m.graceEnd(d.downSince)})
+		}
+	}
+	m.mu.Unlock()
+	slices.SortFunc(sources, func(a, b graceSource) int { return strings.Compare(a.id, b.id) })
+	byGVR := map[schema.GroupVersionResource]*GraceType{}
+	for _, src := range sources {
+		for _, gv := range src.caps.GroupVersions() {
+			for _, r := range src.caps.Resources(gv) {
+				if strings.Contains(r, "/") {
+					continue // a subresource follows its resource
+				}
+				gvr := gv.WithResource(r)
+				g, ok := byGVR[gvr]
+				if !ok {
+					if d := route.Decide(route.Request{Kind: route.Resource, Verb: "list", GVR: gvr}, t, false, ""); d.Rule != route.RuleUnavailable {
+						continue
+					}
+					g = &GraceType{GVR: gvr}
+					byGVR[gvr] = g
+				}
+				g.Servers, g.Why = append(g.Servers, src.id), append(g.Why, src.why)
+				if src.until.After(g.Until) {
+					g.Until = src.until
+				}
+			}
+		}
+	}
+	out := make([]GraceType, 0, len(byGVR))
+	for _, g := range byGVR {
+		out = append(out, *g)
+	}
+	slices.SortFunc(out, func(a, b GraceType) int { return strings.Compare(a.GVR.String(), b.GVR.String()) })
+	return out
+}
