@@ -61,14 +61,43 @@ type exchange struct {
 	// peer could verify. A client that forges the mark only forces the
 	// answer of the server it reached, which it could ask directly.
 	marked bool
+	// tokenAccepted: an apiserver authenticated the caller's bearer token
+	// (see mayKnowRoute).
+	tokenAccepted bool
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	w, rec := record(w)
 	x := &exchange{}
+	rec.show = func(code int, server string) bool { return x.mayKnowRoute(r, code, server) }
 	h.serve(w, r, x)
-	h.observe(x, rec.status(), w.Header().Get(forward.HeaderServer), time.Since(start))
+	server := rec.server
+	if rec.code == 0 { // an upgrade, or nothing written
+		server = w.Header().Get(forward.HeaderServer)
+	}
+	h.observe(x, rec.status(), server, time.Since(start))
+}
+
+// mayKnowRoute reports whether the caller may see X-Skewgate-Route and
+// X-Skewgate-Server on an answer of code from server. They tell which types
+// only peers serve, the servers' addresses and that the local apiserver is
+// away: kube-apiserver tells a caller it has not authenticated none of that.
+// So: a caller skewgate verified (a client certificate, a peer) sees them;
+// a caller without credentials never does; a token sees them once an
+// apiserver accepted it — mayTell or localAllows asked, or an apiserver
+// answered the request itself with anything but 401 (kube-apiserver
+// answers 401 to every request whose token it does not accept).
+func (x *exchange) mayKnowRoute(r *http.Request, code int, server string) bool {
+	switch {
+	case x.caller.User != nil || x.caller.Peer:
+		return true
+	case r.Header.Get("Authorization") == "" || code == http.StatusUnauthorized:
+		return false
+	case x.tokenAccepted:
+		return true
+	}
+	return server != "" && server != selfServer
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
@@ -124,9 +153,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 // reject answers a request skewgate refuses itself, before routing.
 func reject(w http.ResponseWriter, r *http.Request, err error) {
 	w.Header().Set(forward.HeaderRoute, string(route.Rejected))
-	w.Header().Set(forward.HeaderServer, "skewgate")
+	w.Header().Set(forward.HeaderServer, selfServer)
 	forward.Error(w, r, err)
 }
+
+// selfServer is X-Skewgate-Server on answers skewgate gives itself.
+const selfServer = "skewgate"
 
 func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) {
 	d := x.decision

@@ -56,13 +56,14 @@ type identityRig struct {
 func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 	rig := &identityRig{}
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// As kube-apiserver: only the token "good" authenticates, and a
+		// request with any other credential gets 401, wherever it goes.
+		if auth := r.Header.Get("Authorization"); auth != "" && auth != "Bearer good" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
 		if r.URL.Path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
-			// As kube-apiserver: only the token "good" authenticates.
-			if r.Header.Get("Authorization") == "Bearer good" {
-				w.WriteHeader(http.StatusCreated)
-			} else {
-				w.WriteHeader(http.StatusUnauthorized)
-			}
+			w.WriteHeader(http.StatusCreated)
 			return
 		}
 		if r.URL.Query().Get("watch") == "true" { // a watch: an event, then nothing until the caller leaves
@@ -459,8 +460,8 @@ func TestOwnAnswersOnlyForAuthenticatedCallers(t *testing.T) {
 	if code, route := anonymous("Authorization: Bearer bad\n"); code != http.StatusUnauthorized {
 		t.Errorf("an invalid token: %d (route %s), want 401", code, route)
 	}
-	if code, route := anonymous(""); code != http.StatusOK || route != "local" {
-		t.Errorf("no credentials: %d route %q, want the local apiserver's own answer (its stand-in's 200)", code, route)
+	if code, route := anonymous(""); code != http.StatusOK || route != "" {
+		t.Errorf("no credentials: %d route %q, want the local apiserver's own answer (its stand-in's 200), no route headers", code, route)
 	}
 	if code, _ := anonymous("Authorization: Bearer good\n"); code != http.StatusServiceUnavailable {
 		t.Errorf("a valid token: %d, want skewgate's 503", code)
