@@ -64,6 +64,9 @@ type exchange struct {
 	// tokenAccepted: an apiserver authenticated the caller's bearer token
 	// (see mayKnowRoute).
 	tokenAccepted bool
+	// self: the caller presented skewgate's own front-proxy certificate
+	// (its steering probe).
+	self bool
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -83,14 +86,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // X-Skewgate-Server on an answer of code from server. They tell which types
 // only peers serve, the servers' addresses and that the local apiserver is
 // away: kube-apiserver tells a caller it has not authenticated none of that.
-// So: a caller skewgate verified (a client certificate, a peer) sees them;
-// a caller without credentials never does; a token sees them once an
-// apiserver accepted it — mayTell or localAllows asked, or an apiserver
-// answered the request itself with anything but 401 (kube-apiserver
-// answers 401 to every request whose token it does not accept).
+// So: a caller skewgate verified (a client certificate, a peer, its own
+// probe) sees them; a caller without credentials never does; a token sees
+// them once an apiserver accepted it — mayTell or localAllows asked, or an
+// apiserver answered the request itself with anything but 401
+// (kube-apiserver answers 401 to every request whose token it does not
+// accept).
 func (x *exchange) mayKnowRoute(r *http.Request, code int, server string) bool {
 	switch {
-	case x.caller.User != nil || x.caller.Peer:
+	case x.caller.User != nil || x.caller.Peer || x.self:
 		return true
 	case r.Header.Get("Authorization") == "" || code == http.StatusUnauthorized:
 		return false
@@ -106,6 +110,14 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 		// Go's HTTP/2 server takes any :method; the outgoing transport
 		// would refuse it, and that refusal is nobody's failure to count.
 		reject(w, r, apierrors.NewBadRequest(fmt.Sprintf("invalid method %q", r.Method)))
+		return
+	}
+	if r.Header.Get(forward.HeaderProbe) != "" && h.auth.isSelf(r) {
+		// The agent's steering probe: whether new connections reach
+		// skewgate must not depend on the requestheader configuration,
+		// nor on the local apiserver's health.
+		x.self = true
+		forward.AnswerProbe(w)
 		return
 	}
 	caller, err := h.auth.authenticate(r)

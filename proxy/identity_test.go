@@ -46,11 +46,14 @@ type identityRig struct {
 	// upstream is the stand-in's address, for direct requests.
 	upstream string
 	client   tls.Certificate
-	roots    *x509.CertPool
-	members  *membership.Members
-	handler  *Handler
-	mu       sync.Mutex
-	got      []seen
+	// frontProxy is skewgate's own front-proxy client certificate, which
+	// its steering probe presents.
+	frontProxy tls.Certificate
+	roots      *x509.CertPool
+	members    *membership.Members
+	handler    *Handler
+	mu         sync.Mutex
+	got        []seen
 }
 
 func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
@@ -126,7 +129,13 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 		t.Fatal(err)
 	}
 	rig.members = members
-	h := NewHandler(members, clientCA, RequestHeader{}, NewMetrics(prometheus.NewRegistry()))
+	rig.frontProxy, err = tls.LoadX509KeyPair(pki.FrontProxyClient.CertFile, pki.FrontProxyClient.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No requestheader CA: no peers, as with the flag left out; skewgate
+	// still knows its own front-proxy certificate, as Proxy wires it.
+	h := NewHandler(members, clientCA, RequestHeader{Self: proxyClient}, NewMetrics(prometheus.NewRegistry()))
 	rig.handler = h
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

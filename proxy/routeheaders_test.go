@@ -92,3 +92,24 @@ func TestRouteHeadersOnlyForAuthenticatedCallers(t *testing.T) {
 		}
 	}
 }
+
+// The agent's steering probe knows a new connection reached skewgate by
+// the route header on the answer, so skewgate answers it itself for its own
+// front-proxy certificate, whether or not a requestheader CA makes that
+// certificate a peer's (without one it was a 401 whose route header the
+// probe took for skewgate's answer). Nobody else's probe mark gets skewgate's
+// answer or its route headers.
+func TestSteeringProbeAnsweredForOwnCertificate(t *testing.T) {
+	rig := newIdentityRig(t) // no requestheader CA
+	const probe = "GET /healthz HTTP/1.1\nHost: 127.0.0.1\nX-Skewgate-Probe: steering\n\n"
+	code, hdr := rig.sendWith(t, []tls.Certificate{rig.frontProxy}, probe)
+	if code != http.StatusOK || hdr.Get(forward.HeaderRoute) != "self" {
+		t.Errorf("skewgate's own probe: %d route %q, want 200 self", code, hdr.Get(forward.HeaderRoute))
+	}
+	if code, hdr := rig.sendWith(t, nil, probe); hdr.Get(forward.HeaderRoute) != "" {
+		t.Errorf("an anonymous probe mark: %d route %q, want no route headers", code, hdr.Get(forward.HeaderRoute))
+	}
+	if code, hdr := rig.sendWith(t, []tls.Certificate{rig.client}, probe); hdr.Get(forward.HeaderRoute) != "local" {
+		t.Errorf("a user's probe mark: %d route %q, want the local apiserver's answer", code, hdr.Get(forward.HeaderRoute))
+	}
+}
