@@ -23,7 +23,7 @@ COMMIT     := $(COMMIT)
 BUILD_DATE := $(BUILD_DATE)
 LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: version all build test lab-build lab-up lab-down demo bench bench-micro fmt vet fuzz soak upgrade-drill image lab-deploy kubelet-packages
+.PHONY: version all build test test-deps lab-build lab-up lab-down demo bench bench-micro fmt vet fuzz soak upgrade-drill image lab-deploy kubelet-packages
 
 all: build
 
@@ -52,12 +52,34 @@ lab-build: build
 
 # The kubelet and kubeadm labs' binaries too (e2e/daemonset,
 # e2e/kubeadm), so their first build shows its progress here.
-test: vet build
+test: test-deps vet build
 	$(BIN)/skewlab build --kubelet --kubeadm
 	$(GOTEST) ./...
 
 vet:
 	$(GO) vet ./...
+
+# What `make test` needs from Debian: the BPF toolchain (clang, llvm,
+# bpftool, libbpf headers), ip, Prometheus (promtool, the dashboard and
+# alert checks), and the kubelet and kubeadm labs' containerd, runc and CNI
+# plugins. As root with apt-get, whatever is missing is installed, and bpffs
+# is mounted for the pinned maps; otherwise the missing packages are named
+# at the start, and the tests that need them skip (fail under CI=true).
+# Silent when everything is there.
+TEST_PACKAGES := clang llvm bpftool libbpf-dev iproute2 prometheus containerd runc containernetworking-plugins
+test-deps:
+	@need=; for p in $(TEST_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || need="$$need $$p"; \
+	done; \
+	if [ -n "$$need" ]; then \
+		if [ "$$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then \
+			echo "test-deps: missing$$need (not root, or no apt-get): the tests that need them will skip (fail under CI=true)" >&2; \
+		else \
+			echo "test-deps: installing$$need"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$need; \
+		fi; \
+	fi
+	@if [ "$$(id -u)" -eq 0 ] && ! mountpoint -q /sys/fs/bpf; then mount -t bpf bpf /sys/fs/bpf; fi
 
 # SKEWGATE=on runs skewgate on every node, steering the node's IP:6443.
 LAB_SKEWGATE := $(if $(filter on,$(SKEWGATE)),--skewgate $(BIN)/skewgate,)

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -61,6 +63,10 @@ type RequestHeader struct {
 	// Names are the identity headers skewgate sets (the first of each) and
 	// reads from peers; zero: DefaultHeaderNames.
 	Names HeaderNames
+	// Self is skewgate's own front-proxy client certificate (nil: none),
+	// which its steering probe presents: the probe is answered for it
+	// even when CA or AllowedNames do not make it a peer's.
+	Self dynamiccertificates.CertKeyContentProvider
 }
 
 func newCallerAuth(clientCA dynamiccertificates.CAContentProvider, rh RequestHeader) *callerAuth {
@@ -306,4 +312,16 @@ func (a *callerAuth) setIdentity(h http.Header, c Caller, mark bool) {
 	if mark {
 		h.Set(PeerProxiedHeader, "true")
 	}
+}
+
+// isSelf reports whether r's client certificate is skewgate's own
+// (RequestHeader.Self). Presenting it proves holding its key, which can
+// assert any identity to the apiservers anyway.
+func (a *callerAuth) isSelf(r *http.Request) bool {
+	if a.rh.Self == nil || r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return false
+	}
+	certPEM, _ := a.rh.Self.CurrentCertKeyContent()
+	block, _ := pem.Decode(certPEM)
+	return block != nil && bytes.Equal(block.Bytes, r.TLS.PeerCertificates[0].Raw)
 }

@@ -66,6 +66,12 @@ type exchange struct {
 	// peer could verify. A client that forges the mark only forces the
 	// answer of the server it reached, which it could ask directly.
 	marked bool
+	// tokenAccepted: an apiserver authenticated the caller's bearer token
+	// (see mayKnowRoute).
+	tokenAccepted bool
+	// self: the caller presented skewgate's own front-proxy certificate
+	// (its steering probe).
+	self bool
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -73,8 +79,35 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w, rec := record(w)
 	h.handBack.tell(w, r)
 	x := &exchange{}
+	rec.show = func(code int, server string) bool { return x.mayKnowRoute(r, code, server) }
 	h.serve(w, r, x)
-	h.observe(x, rec.status(), w.Header().Get(forward.HeaderServer), time.Since(start))
+	server := rec.server
+	if rec.code == 0 { // an upgrade, or nothing written
+		server = w.Header().Get(forward.HeaderServer)
+	}
+	h.observe(x, rec.status(), server, time.Since(start))
+}
+
+// mayKnowRoute reports whether the caller may see X-Skewgate-Route and
+// X-Skewgate-Server on an answer of code from server. They tell which types
+// only peers serve, the servers' addresses and that the local apiserver is
+// away: kube-apiserver tells a caller it has not authenticated none of that.
+// So: a caller skewgate verified (a client certificate, a peer, its own
+// probe) sees them; a caller without credentials never does; a token sees
+// them once an apiserver accepted it — mayTell or localAllows asked, or an
+// apiserver answered the request itself with anything but 401
+// (kube-apiserver answers 401 to every request whose token it does not
+// accept).
+func (x *exchange) mayKnowRoute(r *http.Request, code int, server string) bool {
+	switch {
+	case x.caller.User != nil || x.caller.Peer || x.self:
+		return true
+	case r.Header.Get("Authorization") == "" || code == http.StatusUnauthorized:
+		return false
+	case x.tokenAccepted:
+		return true
+	}
+	return server != "" && server != selfServer
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
@@ -83,6 +116,14 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 		// Go's HTTP/2 server takes any :method; the outgoing transport
 		// would refuse it, and that refusal is nobody's failure to count.
 		reject(w, r, apierrors.NewBadRequest(fmt.Sprintf("invalid method %q", r.Method)))
+		return
+	}
+	if r.Header.Get(forward.HeaderProbe) != "" && h.auth.isSelf(r) {
+		// The agent's steering probe: whether new connections reach
+		// skewgate must not depend on the requestheader configuration,
+		// nor on the local apiserver's health.
+		x.self = true
+		forward.AnswerProbe(w)
 		return
 	}
 	caller, err := h.auth.authenticate(r)
@@ -137,9 +178,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 // reject answers a request skewgate refuses itself, before routing.
 func reject(w http.ResponseWriter, r *http.Request, err error) {
 	w.Header().Set(forward.HeaderRoute, string(route.Rejected))
-	w.Header().Set(forward.HeaderServer, "skewgate")
+	w.Header().Set(forward.HeaderServer, selfServer)
 	forward.Error(w, r, err)
 }
+
+// selfServer is X-Skewgate-Server on answers skewgate gives itself.
+const selfServer = "skewgate"
 
 func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) {
 	d := x.decision

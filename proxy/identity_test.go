@@ -53,11 +53,14 @@ type identityRig struct {
 	// upstream is the stand-in's address, for direct requests.
 	upstream string
 	client   tls.Certificate
-	roots    *x509.CertPool
-	members  *membership.Members
-	handler  *Handler
-	mu       sync.Mutex
-	got      []seen
+	// frontProxy is skewgate's own front-proxy client certificate, which
+	// its steering probe presents.
+	frontProxy tls.Certificate
+	roots      *x509.CertPool
+	members    *membership.Members
+	handler    *Handler
+	mu         sync.Mutex
+	got        []seen
 }
 
 func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
@@ -77,6 +80,15 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 			default:
 				w.WriteHeader(http.StatusUnauthorized)
 			}
+			return
+		}
+		// Any other request with a credential but "good" gets 401,
+		// wherever it goes; it reached the apiserver all the same.
+		if auth := r.Header.Get("Authorization"); auth != "" && auth != "Bearer good" {
+			rig.mu.Lock()
+			rig.got = append(rig.got, seen{r.URL.RequestURI(), r.Header.Clone(), r.Trailer.Clone()})
+			rig.mu.Unlock()
+			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
 		if r.URL.Query().Get("watch") == "true" { // a watch: an event, then nothing until the caller leaves
@@ -139,7 +151,13 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 		t.Fatal(err)
 	}
 	rig.members = members
-	h := NewHandler(members, clientCA, RequestHeader{}, NewMetrics(prometheus.NewRegistry()))
+	rig.frontProxy, err = tls.LoadX509KeyPair(pki.FrontProxyClient.CertFile, pki.FrontProxyClient.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No requestheader CA: no peers, as with the flag left out; skewgate
+	// still knows its own front-proxy certificate, as Proxy wires it.
+	h := NewHandler(members, clientCA, RequestHeader{Self: proxyClient}, NewMetrics(prometheus.NewRegistry()))
 	rig.handler = h
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -473,8 +491,8 @@ func TestOwnAnswersOnlyForAuthenticatedCallers(t *testing.T) {
 	if code, route := anonymous("Authorization: Bearer bad\n"); code != http.StatusUnauthorized {
 		t.Errorf("an invalid token: %d (route %s), want 401", code, route)
 	}
-	if code, route := anonymous(""); code != http.StatusOK || route != "local" {
-		t.Errorf("no credentials: %d route %q, want the local apiserver's own answer (its stand-in's 200)", code, route)
+	if code, route := anonymous(""); code != http.StatusOK || route != "" {
+		t.Errorf("no credentials: %d route %q, want the local apiserver's own answer (its stand-in's 200), no route headers", code, route)
 	}
 	if code, _ := anonymous("Authorization: Bearer good\n"); code != http.StatusServiceUnavailable {
 		t.Errorf("a valid token: %d, want skewgate's 503", code)

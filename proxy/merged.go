@@ -102,7 +102,7 @@ func (h *Handler) serveMerged(w http.ResponseWriter, r *http.Request, x *exchang
 	}
 	x.decision = route.Decision{Route: route.Merged, Rule: route.RuleNotResource, Reason: "merged view of the healthy servers"}
 	w.Header().Set(forward.HeaderRoute, string(route.Merged))
-	w.Header().Set(forward.HeaderServer, "skewgate")
+	w.Header().Set(forward.HeaderServer, selfServer)
 	w.Header().Set(forward.HeaderAuditID, r.Header.Get(forward.HeaderAuditID))
 	w, rec := record(w)
 	switch kind {
@@ -153,6 +153,7 @@ func (h *Handler) localAllows(w http.ResponseWriter, r *http.Request, x *exchang
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNotModified {
+		x.tokenAccepted = r.Header.Get("Authorization") != "" // taken, or it would have been a 401
 		return true
 	}
 	x.decision = route.Decision{Route: route.Local, Rule: route.RuleNotResource, Servers: []string{local[0].ID}, Reason: "the local apiserver refused the caller"}

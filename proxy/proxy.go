@@ -125,7 +125,7 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 		p.Members.KeepState(ctx, cfg.StateFile, cfg.Log)
 	}
 	reg.MustRegister(p.Members, certs)
-	rh := RequestHeader{CA: certs.RequestHeaderCA, AllowedNames: cfg.RequestHeaderAllowedNames, Names: cfg.HeaderNames}
+	rh := RequestHeader{CA: certs.RequestHeaderCA, AllowedNames: cfg.RequestHeaderAllowedNames, Names: cfg.HeaderNames, Self: p.trust.ClientCert}
 	p.handler = NewHandler(p.Members, certs.ClientCA, rh, NewMetrics(reg))
 	return p, nil
 }

@@ -74,6 +74,7 @@ func (h *Handler) mayTell(w http.ResponseWriter, r *http.Request, x *exchange) b
 	if auth := r.Header.Get("Authorization"); auth != "" {
 		switch status := h.tokenVerdict(r.Context(), auth); status {
 		case http.StatusCreated:
+			x.tokenAccepted = true
 			return true
 		case http.StatusUnauthorized:
 			reject(w, r, apierrors.NewUnauthorized("Unauthorized"))

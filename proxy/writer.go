@@ -16,11 +16,21 @@ import (
 
 // recorder remembers the status code written; responsewriter keeps the
 // Flusher and Hijacker of the writer it wraps, which watches and upgrades
-// need.
+// need. With show set, it also removes the route headers from an answer
+// whose caller may not see them, when the answer's status is known.
 type recorder struct {
 	http.ResponseWriter
 	code int
+	// show reports whether the caller may see the route headers on an
+	// answer of code from server (X-Skewgate-Server as set); nil: always.
+	show func(code int, server string) bool
+	// server is X-Skewgate-Server as it was when the status was written,
+	// shown or not.
+	server string
 }
+
+// routeHeaders tell how skewgate routed a request.
+var routeHeaders = []string{forward.HeaderRoute, forward.HeaderServer}
 
 func record(w http.ResponseWriter) (http.ResponseWriter, *recorder) {
 	r := &recorder{ResponseWriter: w}
@@ -30,23 +40,69 @@ func record(w http.ResponseWriter) (http.ResponseWriter, *recorder) {
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 func (r *recorder) WriteHeader(code int) {
-	if r.code == 0 {
-		r.code = code
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		r.informational(code)
+		return
 	}
+	r.seal(code)
 	r.ResponseWriter.WriteHeader(code)
 }
 
 func (r *recorder) Write(b []byte) (int, error) {
-	if r.code == 0 {
-		r.code = http.StatusOK
-	}
+	r.seal(http.StatusOK)
 	return r.ResponseWriter.Write(b)
+}
+
+// Flush sends the status too if none was written (200, as net/http does),
+// so it must decide on the route headers first.
+func (r *recorder) Flush() {
+	r.seal(http.StatusOK)
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// seal records the final status, once, and removes the route headers if
+// the caller may not see them: after this they would go out as they are.
+func (r *recorder) seal(code int) {
+	if r.code != 0 {
+		return
+	}
+	r.code = code
+	r.server = r.Header().Get(forward.HeaderServer)
+	if r.show != nil && !r.show(code, r.server) {
+		for _, k := range routeHeaders {
+			r.Header().Del(k)
+		}
+	}
+}
+
+// informational writes a 1xx answer, which net/http sends at once with the
+// header map as it is, without the route headers unless the caller may see
+// them; the final answer decides for itself.
+func (r *recorder) informational(code int) {
+	if r.show == nil || r.show(code, r.Header().Get(forward.HeaderServer)) {
+		r.ResponseWriter.WriteHeader(code)
+		return
+	}
+	saved := http.Header{}
+	for _, k := range routeHeaders {
+		if v := r.Header().Values(k); len(v) > 0 {
+			saved[k] = v
+			r.Header().Del(k)
+		}
+	}
+	r.ResponseWriter.WriteHeader(code)
+	for k, v := range saved {
+		r.Header()[k] = v
+	}
 }
 
 // Hijack hands over the client's connection for an upgrade. The upgrade
 // handler copies the apiserver's response to it byte for byte, bypassing
 // the header map: the connection it gets adds skewgate's route headers to
-// that response and reads its status code.
+// that response (if the caller may see them, decided by its status) and
+// reads its status code.
 func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	h, ok := r.ResponseWriter.(http.Hijacker)
 	if !ok {
@@ -57,7 +113,7 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	extra := http.Header{}
-	for _, k := range []string{forward.HeaderRoute, forward.HeaderServer} {
+	for _, k := range routeHeaders {
 		if v := r.Header().Values(k); len(v) > 0 {
 			extra[k] = v
 		}
@@ -65,6 +121,10 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	var lines bytes.Buffer
 	extra.Write(&lines) // sanitizes values: no CR or LF gets through
 	uc := &upgradeConn{Conn: conn, extra: lines.Bytes(), code: &r.code}
+	if r.show != nil {
+		server := extra.Get(forward.HeaderServer)
+		uc.show = func(code int) bool { return r.show(code, server) }
+	}
 	// rw writes through to conn, not uc; the handler writes to the conn.
 	return uc, rw, nil
 }
@@ -83,9 +143,11 @@ func (r *recorder) status() int {
 type upgradeConn struct {
 	net.Conn
 	extra []byte
-	code  *int
-	line  []byte // the status line so far
-	done  bool
+	// show, if set, decides by the status code whether extra goes in.
+	show func(code int) bool
+	code *int
+	line []byte // the status line so far
+	done bool
 }
 
 // maxStatusLine bounds what is buffered to find the status line; past it
@@ -104,8 +166,12 @@ func (c *upgradeConn) Write(p []byte) (int, error) {
 	}
 	c.done = true
 	c.line = append(c.line, p[:i+1]...)
-	if code := statusCode(c.line); code != 0 && *c.code == 0 {
+	code := statusCode(c.line)
+	if code != 0 && *c.code == 0 {
 		*c.code = code
+	}
+	if c.show != nil && !c.show(code) {
+		return c.Conn.Write(p)
 	}
 	buf := make([]byte, 0, len(p)+len(c.extra))
 	buf = append(append(append(buf, p[:i+1]...), c.extra...), p[i+1:]...)

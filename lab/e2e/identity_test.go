@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/skewgate/skewgate/lab"
 )
@@ -161,16 +165,49 @@ func TestEveryTrustedIdentityHeaderStripped(t *testing.T) {
 // was routed again there, and two skewgates with mutually stale discovery
 // could bounce it. Every forwarded request now carries the mark and every
 // marked request is answered locally, whoever sent it: one hop at most.
+// An anonymous caller's answers carry no route headers (they would tell it
+// which types only peers serve), so node-a's request counter tells the route.
 func TestMarkedRequestsAnsweredLocallyWhoeverSends(t *testing.T) {
 	anon := client(t, lab.KeyPair{})
+	before := workloadListRoutes(t)
 	r := do(t, anon, http.MethodGet, via(t)+workloadsPath, nil)
-	if got := r.Header.Get("X-Skewgate-Route"); got != "peer" {
-		t.Errorf("an anonymous list of workloads went %q, want peer", got)
+	after := workloadListRoutes(t)
+	if r.Header.Get("X-Skewgate-Route") != "" || r.Header.Get("X-Skewgate-Server") != "" {
+		t.Errorf("an anonymous caller was told the route: %v", r.Header)
 	}
-	r = do(t, anon, http.MethodGet, via(t)+workloadsPath, nil, "X-Kubernetes-Peer-Proxied", "true")
-	if got := r.Header.Get("X-Skewgate-Route"); got != "local" {
-		t.Errorf("an anonymous marked list of workloads went %q, want local (rule 2)", got)
+	if after["peer"]-before["peer"] != 1 {
+		t.Errorf("an anonymous list of workloads: routes %v, then %v; want one more peer", before, after)
 	}
+	before = after
+	do(t, anon, http.MethodGet, via(t)+workloadsPath, nil, "X-Kubernetes-Peer-Proxied", "true")
+	after = workloadListRoutes(t)
+	if after["local"]-before["local"] != 1 || after["peer"] != before["peer"] {
+		t.Errorf("an anonymous marked list of workloads: routes %v, then %v; want one more local (rule 2)", before, after)
+	}
+}
+
+// workloadListRoutes is node-a's skewgate_requests_total for lists of
+// workloads, by route; a list node-a does not serve locally is labelled
+// with resource "unknown".
+func workloadListRoutes(t *testing.T) map[string]float64 {
+	t.Helper()
+	r := do(t, http.DefaultClient, http.MethodGet, lab.SkewgateAdminURL(node(t, "node-a"))+"/metrics", nil)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(r.Body))
+	if err != nil {
+		t.Fatalf("node-a's metrics: %v", err)
+	}
+	out := map[string]float64{}
+	for _, m := range fams["skewgate_requests_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["verb"] == "list" && (labels["resource"] == "workloads" || labels["resource"] == "unknown") {
+			out[labels["route"]] += m.GetCounter().GetValue()
+		}
+	}
+	return out
 }
 
 // The metrics the upgrade-window dashboard reads are there, with the lab's

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	"k8s.io/apiserver/pkg/authorization/path"
@@ -183,8 +186,78 @@ func tlsConfig(ctx context.Context, serving *dynamiccertificates.DynamicCertKeyP
 // request's verb and path (403 otherwise), answered with metav1.Status.
 func withAuth(h http.Handler, authn authenticator.Request, authz authorizer.Authorizer) http.Handler {
 	resolver := &apirequest.RequestInfoFactory{}
+	h = withTerseHealth(h)
 	h = genericapifilters.WithAuthorization(h, authz, scheme.Codecs)
 	h = genericapifilters.WithAuthentication(h, authn, genericapifilters.Unauthorized(scheme.Codecs), nil, nil)
 	h = genericapifilters.WithRequestInfo(h, resolver)
 	return genericapifilters.WithCacheControl(h)
+}
+
+// withTerseHealth answers an anonymous caller's health request with its
+// status and "ok" or "not ok", nothing more. The health paths are open to
+// anyone for kubelet probes and load balancers, which read only the status;
+// the checks' output names the apiservers and their state (a failing
+// /readyz/discovery says whose discovery is missing), which is for
+// authenticated callers, as everything else on this listener.
+func withTerseHealth(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !healthPath(r.URL.Path) || !anonymous(r) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		status := &statusOnly{header: http.Header{}}
+		h.ServeHTTP(status, r)
+		if status.code == 0 {
+			status.code = http.StatusOK
+		}
+		body := "ok\n"
+		if status.code >= 300 {
+			body = "not ok\n"
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Cache-Control", "no-cache, private")
+		w.WriteHeader(status.code)
+		_, _ = io.WriteString(w, body)
+	})
+}
+
+// healthPath reports whether p is one of AlwaysAllowPaths.
+func healthPath(p string) bool {
+	for _, base := range []string{"/healthz", "/livez", "/readyz"} {
+		if p == base || strings.HasPrefix(p, base+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// anonymous reports whether r's caller was authenticated as nobody; one
+// without a user in its context (no authentication ran) counts as anonymous.
+func anonymous(r *http.Request) bool {
+	u, ok := apirequest.UserFrom(r.Context())
+	if !ok || u.GetName() == user.Anonymous {
+		return true
+	}
+	return slices.Contains(u.GetGroups(), user.AllUnauthenticated)
+}
+
+// statusOnly keeps the status a handler wrote and drops its headers and
+// body; a handler that wrote no status answered 200.
+type statusOnly struct {
+	header http.Header
+	code   int
+}
+
+func (s *statusOnly) Header() http.Header { return s.header }
+
+func (s *statusOnly) WriteHeader(code int) {
+	if s.code == 0 {
+		s.code = code
+	}
+}
+
+func (s *statusOnly) Write(b []byte) (int, error) {
+	s.WriteHeader(http.StatusOK)
+	return len(b), nil
 }

@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -141,6 +142,20 @@ func TestSecureAdmin(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+	getBody := func(c *http.Client, token, path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, "https://"+addr+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
 	waitServing(t, func() error { _, err := client(nil).Get("https://" + addr + "/livez"); return err })
 	for _, tc := range []struct {
 		who, token, path string
@@ -165,6 +180,30 @@ func TestSecureAdmin(t *testing.T) {
 			t.Errorf("%s: GET %s = %d, want %d", tc.who, tc.path, got, tc.want)
 		}
 	}
+	// Bug: anonymous /readyz/discovery (a kubelet probe's path, open to
+	// anyone) answered "local discovery (127.0.0.1:1) not read yet": the
+	// apiservers' addresses and state. Anonymous callers get the status
+	// and ok or not, nothing more; authenticated ones the reason.
+	for _, tc := range []struct {
+		who, token, path string
+		cert             *tls.Certificate
+		code             int
+		detail           bool
+	}{
+		{"anonymous", "", "/readyz/discovery", nil, 500, false},
+		{"anonymous", "", "/readyz?verbose", nil, 500, false},
+		{"anonymous", "", "/readyz", nil, 500, false},
+		{"anonymous", "", "/livez", nil, 200, false},
+		{"system:masters' client certificate", "", "/readyz/discovery", master, 500, true},
+		{"prometheus", "prom-token", "/readyz/discovery", nil, 500, true},
+	} {
+		code, body := getBody(client(tc.cert), tc.token, tc.path)
+		detail := strings.Contains(body, "127.0.0.1:1") || strings.Contains(body, "discovery")
+		if code != tc.code || detail != tc.detail || (code == 200) != (strings.TrimSpace(body) == "ok") {
+			t.Errorf("%s: GET %s = %d %q, want %d with detail %v", tc.who, tc.path, code, body, tc.code, tc.detail)
+		}
+	}
+
 	asked := strings.Join(rv.Asked(), "\n")
 	for _, want := range []string{"system:serviceaccount:monitoring:prometheus get /metrics", "alice get /debug/routes", "bob get /metrics", "system:anonymous get /metrics"} {
 		if !strings.Contains(asked, want) {

@@ -6,7 +6,6 @@ import (
 	"mime"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
-	apidiscoveryv2beta1 "k8s.io/api/apidiscovery/v2beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -38,35 +37,44 @@ func formatOf(contentType string) (Format, error) {
 	return "", fmt.Errorf("unexpected content type %q", contentType)
 }
 
+// apidiscoveryV2Beta1 is the aggregated discovery version that servers
+// before 1.33 answer with (1.33 and 1.34 only with the gate
+// AggregatedDiscoveryRemoveBetaType off; 1.35 locks it on, so no supported
+// server sends it). Its Go types are gone from k8s.io/api v0.38,
+// and skewgate does not need them: the v2beta1 and v2 type definitions are
+// identical field for field (JSON names, omitempty, enums), so a v2beta1 body
+// decodes into the v2 types as the apiserver's generated conversion, a plain
+// field copy, would have produced them.
+var apidiscoveryV2Beta1 = schema.GroupVersion{Group: apidiscoveryv2.SchemeGroupVersion.Group, Version: "v2beta1"}
+
 // decodeAggregated decodes an aggregated discovery body into v2, checking
-// that the body is the kind its content type claimed.
+// that the body is the kind and version its content type claimed.
 func decodeAggregated(format Format, body []byte) ([]apidiscoveryv2.APIGroupDiscovery, error) {
+	want := apidiscoveryv2.SchemeGroupVersion
 	if format == FormatV2Beta1 {
-		return decodeV2Beta1(body)
+		want = apidiscoveryV2Beta1
 	}
 	var list apidiscoveryv2.APIGroupDiscoveryList
 	if err := json.Unmarshal(body, &list); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", listKind, err)
+		return nil, fmt.Errorf("decode %s %s: %w", want.Version, listKind, err)
 	}
-	if err := checkKind(list.TypeMeta, apidiscoveryv2.SchemeGroupVersion, listKind); err != nil {
+	if err := checkKind(list.TypeMeta, want, listKind); err != nil {
 		return nil, err
+	}
+	if format == FormatV2Beta1 {
+		asV2(&list)
 	}
 	return list.Items, nil
 }
 
-func decodeV2Beta1(body []byte) ([]apidiscoveryv2.APIGroupDiscovery, error) {
-	var in apidiscoveryv2beta1.APIGroupDiscoveryList
-	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, fmt.Errorf("decode v2beta1 %s: %w", listKind, err)
+// asV2 relabels a v2beta1 list decoded into the v2 types as v2, so no
+// v2beta1 apiVersion survives into a Doc; items' TypeMeta is cleared as the
+// apiserver's conversion cleared it (servers do not set it anyway).
+func asV2(list *apidiscoveryv2.APIGroupDiscoveryList) {
+	list.APIVersion = apidiscoveryv2.SchemeGroupVersion.String()
+	for i := range list.Items {
+		list.Items[i].TypeMeta = metav1.TypeMeta{}
 	}
-	if err := checkKind(in.TypeMeta, apidiscoveryv2beta1.SchemeGroupVersion, listKind); err != nil {
-		return nil, err
-	}
-	var out apidiscoveryv2.APIGroupDiscoveryList
-	if err := codecScheme.Convert(&in, &out, nil); err != nil {
-		return nil, fmt.Errorf("convert v2beta1 discovery: %w", err)
-	}
-	return out.Items, nil
 }
 
 func checkKind(tm metav1.TypeMeta, gv schema.GroupVersion, kind string) error {

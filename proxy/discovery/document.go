@@ -11,7 +11,8 @@ const (
 	// FormatV2 is aggregated discovery apidiscovery.k8s.io/v2 (Kubernetes ≥ 1.30).
 	FormatV2 Format = "v2"
 	// FormatV2Beta1 is aggregated discovery apidiscovery.k8s.io/v2beta1
-	// (Kubernetes 1.26–1.32), converted to v2.
+	// (Kubernetes 1.26–1.32; off by default from 1.33, locked off from 1.35),
+	// decoded into the v2 types.
 	FormatV2Beta1 Format = "v2beta1"
 	// FormatLegacy is unaggregated discovery (APIVersions, APIGroupList and
 	// one APIResourceList per group-version), converted to v2.

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
-	apidiscoveryv2beta1 "k8s.io/api/apidiscovery/v2beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientdiscovery "k8s.io/client-go/discovery"
@@ -84,20 +83,12 @@ func (f *fakeServer) serve(w http.ResponseWriter, r *http.Request, format string
 }
 
 func writeAggregated(w http.ResponseWriter, r *http.Request, format string, items []apidiscoveryv2.APIGroupDiscovery) {
+	// A v2beta1 body is a v2 body with its apiVersion changed: the two types
+	// are identical field for field (see apidiscoveryV2Beta1).
 	list := apidiscoveryv2.APIGroupDiscoveryList{Items: items}
-	var obj any = &list
-	if format == "v2beta1" {
-		var beta apidiscoveryv2beta1.APIGroupDiscoveryList
-		if err := codecScheme.Convert(&list, &beta, nil); err != nil {
-			panic(err)
-		}
-		beta.APIVersion = apidiscoveryv2beta1.SchemeGroupVersion.String()
-		obj = &beta
-	} else {
-		list.APIVersion = apidiscoveryv2.SchemeGroupVersion.String()
-	}
-	setKind(obj)
-	body, _ := json.Marshal(obj)
+	list.APIVersion = schema.GroupVersion{Group: apidiscoveryv2.SchemeGroupVersion.Group, Version: format}.String()
+	list.Kind = listKind
+	body, _ := json.Marshal(&list)
 	etag := fmt.Sprintf("%q", fmt.Sprintf("%X", sha256.Sum256(body)))
 	w.Header().Set("ETag", etag)
 	if r.Header.Get("If-None-Match") == etag {
@@ -106,15 +97,6 @@ func writeAggregated(w http.ResponseWriter, r *http.Request, format string, item
 	}
 	w.Header().Set("Content-Type", "application/json;g=apidiscovery.k8s.io;v="+format+";as=APIGroupDiscoveryList")
 	_, _ = w.Write(body)
-}
-
-func setKind(obj any) {
-	switch o := obj.(type) {
-	case *apidiscoveryv2.APIGroupDiscoveryList:
-		o.Kind = listKind
-	case *apidiscoveryv2beta1.APIGroupDiscoveryList:
-		o.Kind = listKind
-	}
 }
 
 // serveLegacy derives the unaggregated documents with client-go's conversion.

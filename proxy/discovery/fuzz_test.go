@@ -8,7 +8,8 @@ import (
 )
 
 // seedFiles adds every testdata file matching pattern to f's corpus: real
-// documents of kube-apiserver v1.35.4 and v1.36.3, read off the lab.
+// documents of kube-apiserver v1.35.4 and v1.36.3, read off the lab (and
+// v1.35.4's re-encoded as v2beta1: see recordedFixtures).
 func seedFiles(f *testing.F, pattern string) {
 	files, err := filepath.Glob(filepath.Join("testdata", pattern))
 	if err != nil || len(files) == 0 {
@@ -29,6 +30,7 @@ func seedFiles(f *testing.F, pattern string) {
 // lists exactly its groups.
 func FuzzAggregatedDocument(f *testing.F) {
 	seedFiles(f, "*-v2.json")
+	seedFiles(f, "*-v2beta1.json")
 	seedFiles(f, "status-406.json")
 	f.Add([]byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","items":[{"metadata":{"name":"x"},"versions":[{"version":"v1","resources":[{"resource":"r"},{"resource":"r"}]}]}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {

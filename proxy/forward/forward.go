@@ -95,16 +95,31 @@ var (
 	notFoundPage     = []byte("404 page not found")
 )
 
+// sniffBytes bounds what TypeNotFound reads of a 404: kube-apiserver's
+// answers for a missing type are well under 1 KiB.
+const sniffBytes = 64 << 10
+
 // TypeNotFound reports whether resp is a 404 of a server that has no such
-// type, keeping its body readable.
+// type, keeping its body readable whole: it reads at most sniffBytes and
+// puts them back in front of the rest, so a larger 404 (a proxied backend's,
+// an aggregated server's) reaches the caller entire, under the
+// Content-Length it came with.
 func TypeNotFound(resp *http.Response) bool {
 	if resp.StatusCode != http.StatusNotFound {
 		return false
 	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	return bytes.Contains(body, notFoundResource) || bytes.Equal(bytes.TrimSpace(body), notFoundPage)
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, sniffBytes))
+	// A read error is left for the rest of the body to report to whoever
+	// copies it.
+	resp.Body = sniffedBody{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+	return bytes.Contains(head, notFoundResource) || bytes.Equal(bytes.TrimSpace(head), notFoundPage)
+}
+
+// sniffedBody reads the sniffed head, then the rest; closing it closes the
+// response's own body.
+type sniffedBody struct {
+	io.Reader
+	io.Closer
 }
 
 // Forward sends r (its identity headers already set) to the first candidate
