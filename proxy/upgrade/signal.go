@@ -178,8 +178,9 @@ func (s *Signal) armExpiry(now time.Time) {
 	}
 	s.stopExpiryLocked()
 	if !next.IsZero() && !s.stopped {
-		// A little past the expiry, so the re-evaluation sees it expired.
-		s.expiry = time.AfterFunc(next.Sub(now)+time.Millisecond, s.changed)
+		// A timer fires no earlier than asked, when now is no longer
+		// before the lease's end: the re-evaluation sees it expired.
+		s.expiry = time.AfterFunc(next.Sub(now), s.changed)
 	}
 }
 
