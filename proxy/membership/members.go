@@ -49,6 +49,11 @@ type Config struct {
 	WindowHold time.Duration
 	// OnChange, if set, is called after every published table change.
 	OnChange func()
+	// UpgradeSignal, if set, says whether some node's apiserver upgrade
+	// (or rollback) is under way before any member shows it: on kubeadm,
+	// a node's static-pod manifest names the new version before the
+	// kubelet restarts its apiserver (proxy/upgrade). For the window.
+	UpgradeSignal func() (on bool, reason string)
 	// PeerMaxInFlight bounds the short requests in flight to each peer
 	// (default 400, kube-apiserver's --max-requests-inflight); more get 429.
 	PeerMaxInFlight int
