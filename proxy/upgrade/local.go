@@ -61,44 +61,45 @@ type manifestWatch struct {
 	logged string // the last problem logged, so each is logged once
 }
 
-// check reads the manifest and decides.
-func (w *manifestWatch) check() Condition {
+// check reads the manifest and decides; decided is false when it could
+// not and the last decision (off before the first) stands.
+func (w *manifestWatch) check() (c Condition, decided bool) {
 	off := Condition{Node: w.node}
 	data, err := os.ReadFile(w.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		w.note("no kube-apiserver static-pod manifest: not a kubeadm node, or not yet; this node's upgrade is seen once its apiserver reports another version", err)
 		w.data, w.last = nil, off
-		return off
+		return off, true
 	case err != nil:
 		w.note("kube-apiserver manifest not readable; the last decision stands", err)
-		return w.last
+		return w.last, false
 	}
 	if !bytes.Equal(data, w.data) {
 		image, err := ManifestImage(data)
 		if err != nil {
 			w.note("kube-apiserver manifest not understood; the last decision stands", err)
-			return w.last
+			return w.last, false
 		}
 		w.data, w.tag = data, ImageTag(image)
 	}
 	running := w.running()
 	if running == "" {
-		return w.last
+		return w.last, false
 	}
 	on, err := Decide(w.tag, running)
 	if errors.Is(err, ErrNoVersion) {
 		w.note("kube-apiserver manifest's image names no version; its changes signal nothing", err)
 		w.last = off
-		return off
+		return off, true
 	}
 	if err != nil {
 		w.note("running kube-apiserver version not understood; the last decision stands", err)
-		return w.last
+		return w.last, false
 	}
 	w.logged = ""
 	w.last = Condition{On: on, Node: w.node, Manifest: w.tag, Running: running}
-	return w.last
+	return w.last, true
 }
 
 // note logs a problem the first time it is seen, not on every poll.

@@ -73,12 +73,17 @@ type Signal struct {
 	cfg   Config
 	watch *manifestWatch
 
-	mu     sync.Mutex
-	local  Condition
-	leases coordinationlisters.LeaseNamespaceLister // nil until Run has a client
-	on     bool
-	reason string
-	expiry *time.Timer // re-evaluates when the next fresh lease expires
+	mu    sync.Mutex
+	local Condition
+	// decided: the manifest watch has decided local at least once. Until
+	// then (the local apiserver's version not read yet: an agent
+	// restarted mid-upgrade, its apiserver down) this node's own lease,
+	// kept by its predecessor, still counts.
+	decided bool
+	leases  coordinationlisters.LeaseNamespaceLister // nil until Run has a client
+	on      bool
+	reason  string
+	expiry  *time.Timer // re-evaluates when the next fresh lease expires
 	// stopped: Run has ended, no timer is armed again.
 	stopped bool
 }
@@ -111,7 +116,7 @@ func (s *Signal) Signal() (on bool, reason string) {
 // evaluate is on while this node's condition is, or while another node's
 // lease is fresh (its renewal plus its duration, by that node's clock: a
 // skew of seconds against a minute's lease does not matter). This node's
-// own lease is left out when its manifest is watched: the manifest is the
+// own lease is left out once its manifest decided: the manifest is the
 // fresher truth, and a lease whose deletion failed must not outlive it.
 func (s *Signal) evaluate(now time.Time) (bool, string) {
 	var reasons []string
@@ -130,7 +135,7 @@ func (s *Signal) fresh(now time.Time) []Condition {
 	var out []Condition
 	for _, l := range s.list() {
 		c, until, ok := leaseCondition(l)
-		if ok && now.Before(until) && !(s.watch != nil && c.Node == s.cfg.Node) {
+		if ok && now.Before(until) && !(s.decided && c.Node == s.cfg.Node) {
 			out = append(out, c)
 		}
 	}
@@ -191,29 +196,41 @@ func (s *Signal) armExpiry(now time.Time) {
 // next renewal; Run returns only when ctx ends.
 func (s *Signal) Run(ctx context.Context, client kubernetes.Interface) {
 	defer s.stopExpiry()
-	if client != nil {
-		s.follow(ctx, client)
-	}
 	if s.watch == nil {
+		if client != nil {
+			s.follow(ctx, client)
+		}
 		<-ctx.Done()
 		return
 	}
-	p := publisher{s: s, client: client, published: true} // a lease of an earlier run may be there
+	p := &publisher{s: s, client: client, published: true} // a lease of an earlier run may be there
+	// This node's first decision before any lease is seen: a lease its
+	// predecessor left would otherwise count for a moment.
+	s.poll(ctx, p)
+	if client != nil {
+		s.follow(ctx, client)
+	}
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
 	for {
-		c := s.watch.check()
-		s.mu.Lock()
-		s.local = c
-		s.mu.Unlock()
-		s.changed()
-		p.sync(ctx, c, time.Now())
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			s.poll(ctx, p)
 		}
 	}
+}
+
+// poll reads this node's manifest, re-evaluates and publishes.
+func (s *Signal) poll(ctx context.Context, p *publisher) {
+	c, decided := s.watch.check()
+	s.mu.Lock()
+	s.local = c
+	s.decided = s.decided || decided
+	s.mu.Unlock()
+	s.changed()
+	p.sync(ctx, c, decided, time.Now())
 }
 
 // follow starts an informer on the agents' leases; it does not wait for
@@ -244,8 +261,9 @@ type publisher struct {
 }
 
 // sync renews the lease every RenewInterval while c is on, at once when
-// c changed, and deletes it once c is off.
-func (p *publisher) sync(ctx context.Context, c Condition, now time.Time) {
+// c changed, and deletes it once c is decided off: an undecided off (the
+// apiserver's version not read yet) is no evidence the upgrade ended.
+func (p *publisher) sync(ctx context.Context, c Condition, decided bool, now time.Time) {
 	if p.client == nil || now.Before(p.retryAt) {
 		return
 	}
@@ -255,7 +273,7 @@ func (p *publisher) sync(ctx context.Context, c Condition, now time.Time) {
 		if err = renew(ctx, p.client, c, p.s.cfg.LeaseDuration, now); err == nil {
 			p.published, p.renewed, p.as = true, now, c
 		}
-	case !c.On && p.published:
+	case !c.On && decided && p.published:
 		if err = release(ctx, p.client, c.Node); err == nil {
 			p.published, p.as = false, Condition{}
 		}

@@ -215,3 +215,33 @@ func TestOtherLeases(t *testing.T) {
 		}
 	})
 }
+
+// TestRestartMidUpgrade: an agent restarted while its apiserver is down
+// for the upgrade (its version not read yet) keeps the lease its
+// predecessor wrote, and counts it, until it can decide; then the
+// upgrade's end deletes it.
+func TestRestartMidUpgrade(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		client := fake.NewClientset()
+		before := startAgent(t, client, "node-a", "v1.35.4", "registry.k8s.io/kube-apiserver:v1.36.3")
+		synctest.Wait()
+		before.halt()
+
+		a := startAgent(t, client, "node-a", "", "registry.k8s.io/kube-apiserver:v1.36.3")
+		defer a.halt()
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if _, ok := getLease(t, client, "node-a"); !ok {
+			t.Fatal("the restarted agent deleted the lease before it could decide")
+		}
+		wantSignal(t, "the restarted agent", a, true, "node node-a: manifest names kube-apiserver v1.36.3, running v1.35.4")
+
+		a.setVersion("v1.36.3")
+		time.Sleep(time.Second)
+		synctest.Wait()
+		wantSignal(t, "the new apiserver up", a, false, "")
+		if _, ok := getLease(t, client, "node-a"); ok {
+			t.Error("the lease kept after the upgrade ended")
+		}
+	})
+}
