@@ -41,7 +41,7 @@ func (p *Plane) startKubelets(ctx context.Context, timeout time.Duration) error 
 	if err != nil {
 		return err
 	}
-	if err := p.prepareHost("/etc/kubernetes/pki", "/var/lib/skewgate"); err != nil {
+	if err := p.prepareHost("/etc/kubernetes/pki", "/etc/kubernetes/manifests", "/var/lib/skewgate"); err != nil {
 		return err
 	}
 	for _, n := range p.Spec.Nodes {

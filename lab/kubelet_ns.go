@@ -39,12 +39,15 @@ func kubeletBPFRoot(n Node) string { return "/sys/fs/bpf/skewlab-" + n.Name }
 // namespace.
 type bindMount struct{ src, dst string }
 
-// nodeBinds are the per-node host paths: kubeadm's pki, skewgate's state
-// directory, the bpffs, the logs. /run gets a tmpfs of its own (containerd
+// nodeBinds are the per-node host paths: kubeadm's pki, its static-pod
+// manifests (the kubelet's staticPodPath, where the DaemonSet's skewgate
+// looks for kube-apiserver.yaml), skewgate's state directory, the bpffs,
+// the logs. /run gets a tmpfs of its own (containerd
 // 1.6 keeps shim sockets in /run/containerd/s whatever its config says).
 func (f nodeFiles) nodeBinds() []bindMount {
 	return []bindMount{
 		{f.path("pki"), "/etc/kubernetes/pki"},
+		{f.path("manifests"), "/etc/kubernetes/manifests"},
 		{f.path("skewgate"), "/var/lib/skewgate"},
 		{f.path("log"), "/var/log"},
 		{kubeletBPFRoot(f.node), "/sys/fs/bpf"},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/skewgate/skewgate/proxy/forward"
 	"github.com/skewgate/skewgate/proxy/membership"
+	"github.com/skewgate/skewgate/proxy/upgrade"
 )
 
 // Config is the request side of one node, as `skewgate run` configures it.
@@ -61,6 +62,12 @@ type Config struct {
 	TLSCipherSuites []string
 	// HTTP2MaxStreams bounds concurrent streams per client connection.
 	HTTP2MaxStreams int
+	// NodeName is this node's name (the kubelet's): its upgrade lease's
+	// holder. Empty: the host name, lowercased, as the kubelet defaults.
+	NodeName string
+	// APIServerManifest is the kube-apiserver static-pod manifest whose
+	// image tag announces this node's upgrade (empty: not watched).
+	APIServerManifest string
 }
 
 // Proxy is the request side, loaded and checked: certificates read, the
@@ -72,6 +79,9 @@ type Proxy struct {
 	local   *url.URL
 	peers   []*url.URL
 	Members *membership.Members
+	// Upgrade says whether some node's apiserver upgrade has begun, as
+	// early as kubeadm's manifest shows it; Members' window reads it.
+	Upgrade *upgrade.Signal
 	// Switch is the cluster's steering mode (kube-system/skewgate), with
 	// cluster credentials.
 	Switch  SteeringSwitch
@@ -98,7 +108,11 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 	}
 	p := &Proxy{cfg: cfg, certs: certs, local: local, peers: membership.WithoutSelf(peers, self, cfg.Log)}
 	p.trust = forward.Trust{PeerCA: certs.PeerCA, ClientCert: certs.ProxyClient}
-	p.Members, err = membership.New(membership.Config{Local: local, LocalServerName: localServerName(cfg.LocalServerName, local), Peers: p.peers, RefreshInterval: cfg.RefreshInterval, WindowHold: cfg.WindowHold, Grace: memberGrace(cfg.RollbackGrace), Trust: p.trust, UserAgent: cfg.UserAgent, Log: cfg.Log})
+	if p.Upgrade, err = p.newUpgradeSignal(cfg); err != nil {
+		return nil, err
+	}
+	p.Members, err = membership.New(membership.Config{Local: local, LocalServerName: localServerName(cfg.LocalServerName, local), Peers: p.peers, RefreshInterval: cfg.RefreshInterval, WindowHold: cfg.WindowHold, Grace: memberGrace(cfg.RollbackGrace), Trust: p.trust, UserAgent: cfg.UserAgent, Log: cfg.Log,
+		UpgradeSignal: p.Upgrade.Signal})
 	if err != nil {
 		return nil, err
 	}
@@ -150,6 +164,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	go p.Members.Run(ctx)
 	rc, source := p.cluster, p.clusterSource
 	if rc == nil {
+		go p.Upgrade.Run(ctx, nil) // this node's manifest only
 		return nil
 	}
 	p.cfg.Log.Info("following the cluster's apiservers", "credentials", source)
@@ -157,6 +172,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", source, err)
 	}
+	go p.Upgrade.Run(ctx, client)
 	if err := p.watchHeaderNames(ctx, client); err != nil {
 		return fmt.Errorf("%s: %w", source, err)
 	}

@@ -47,7 +47,8 @@ func newRunCmd() *cobra.Command {
 	o := &runOptions{bindAddress: "0.0.0.0", securePort: 16443, adminAddr: "127.0.0.1:16444", mode: string(agent.ModeAuto),
 		logging: logsapi.NewLoggingConfiguration()}
 	o.proxy = proxy.Config{RefreshInterval: 10 * time.Second, WindowHold: 10 * time.Minute, RollbackGrace: membership.DefaultGrace, RequestHeaderAllowedNames: []string{"front-proxy-client"},
-		StateFile: "/var/lib/skewgate/state.json", HeaderNames: proxy.DefaultHeaderNames()}
+		StateFile: "/var/lib/skewgate/state.json", HeaderNames: proxy.DefaultHeaderNames(),
+		APIServerManifest: "/etc/kubernetes/manifests/kube-apiserver.yaml"}
 	o.node = agent.NodeConfig{PinPath: "/sys/fs/bpf/skewgate"}
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -111,6 +112,9 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.BoolVar(&o.node.Steering, "steering", false, "install eBPF (sk_lookup) steering of new connections for --steer-address into the proxy, failing open; --steering-mode says when it steers")
 	f.StringVar(&o.mode, "steering-mode", o.mode, "when to steer: always; auto (during a skew window: the apiservers differ in version or in what they serve, or one is away, and --steering-window-hold after they agree); off. The ConfigMap kube-system/skewgate (key steering) wins for the whole cluster")
 	f.BoolVar(&o.node.ResetDirect, "steering-reset-direct", false, "when steering engages after a standby (a skew window opened, or the cluster switch armed it), end the connections the apiserver accepted directly meanwhile once each is idle (nothing queued, unacknowledged or exchanged for 1 s), paced, so their clients reconnect through skewgate; a quiet watch on one is cut and resumes from its resourceVersion")
+	f.StringVar(&o.proxy.APIServerManifest, "apiserver-manifest", o.proxy.APIServerManifest, "kube-apiserver static-pod manifest: when its image tag names another version than the local apiserver runs (kubeadm upgrade or rollback, before the kubelet restarts it), "+
+		"every node's skew window opens, through a Lease kube-system/skewgate-upgrade-<node> (a missing file: not a kubeadm node, logged once; empty: not watched)")
+	f.StringVar(&o.proxy.NodeName, "node-name", "", "this node's name, as the kubelet's: the holder of its upgrade Lease (default: the host name, lowercased)")
 	f.DurationVar(&o.proxy.WindowHold, "steering-window-hold", o.proxy.WindowHold, "how long a skew window stays open after the apiservers last differed (mode auto)")
 	f.StringSliceVar(&o.node.Addresses, "steer-address", nil, "address:port list whose new connections are steered (default: every global address of the node IP's interface — the address kube-apiserver would advertise, a VIP while this node holds it, IPv6 ones — on the --local-apiserver URL's port, followed as they change)")
 	f.StringVar(&o.node.PinPath, "pin-path", o.node.PinPath, "bpffs directory for skewgate's maps, programs and links")

@@ -8,6 +8,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,8 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	upgradesignal "github.com/skewgate/skewgate/proxy/upgrade"
 )
 
 const deployDir = "../../deploy/kubernetes"
@@ -249,6 +252,24 @@ func TestDeployRBAC(t *testing.T) {
 			return err
 		},
 		"watch it by name": func() error { return watchOnce(c.CoreV1().ConfigMaps("kube-system").Watch(ctx, byName)) },
+		// Its node's upgrade lease (proxy/upgrade), through its life:
+		// created, read, renewed, deleted.
+		"write an upgrade lease": func() error {
+			leases := c.CoordinationV1().Leases("kube-system")
+			l, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: upgradesignal.LeaseName("rbac-check"),
+				Labels: map[string]string{upgradesignal.Label: "true"}}}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			defer leases.Delete(context.Background(), l.Name, metav1.DeleteOptions{})
+			if l, err = leases.Get(ctx, l.Name, metav1.GetOptions{}); err != nil {
+				return err
+			}
+			if _, err = leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+				return err
+			}
+			return leases.Delete(ctx, l.Name, metav1.DeleteOptions{})
+		},
 		// The cluster's steering switch, followed by name.
 		"list the steering switch by name": func() error {
 			_, err := c.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=skewgate"})

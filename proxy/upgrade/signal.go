@@ -1,0 +1,313 @@
+// Package upgrade answers one question: is some node's apiserver upgrade
+// (or rollback) under way? On kubeadm, `kubeadm upgrade apply/node`
+// rewrites the static-pod manifest with the new image before the kubelet
+// restarts the apiserver (a rollback restores the old one), which is the
+// earliest signal there is. Each agent watches its own node's manifest
+// and, while it names another version than the apiserver runs, keeps a
+// Lease in kube-system fresh; every agent watches those Leases, so the
+// signal reaches every node before the first apiserver stops.
+package upgrade
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Config configures a Signal.
+type Config struct {
+	// Node is this node's name (the kubelet's): its lease's holder.
+	Node string
+	// Manifest is the kube-apiserver static-pod manifest's path; empty:
+	// this node publishes nothing, and only other nodes' leases count.
+	Manifest string
+	// Running is the local apiserver's /version gitVersion as last read,
+	// "" when not known yet.
+	Running func() string
+	// OnChange, if set, is called after Signal's answer changed, so the
+	// caller re-evaluates at once rather than at its next poll.
+	OnChange func()
+	// PollInterval is how often the manifest is read (default 1 s: the
+	// kubelet itself checks its manifests every 20 s, so the signal comes
+	// well before the restart).
+	PollInterval time.Duration
+	// RenewInterval and LeaseDuration: the lease is renewed this often
+	// while the upgrade lasts and holds this long after the last renewal
+	// (defaults 10 s and 60 s).
+	RenewInterval, LeaseDuration time.Duration
+	Log                          *slog.Logger
+}
+
+func (c *Config) defaults() {
+	set := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	set(&c.PollInterval, time.Second)
+	set(&c.RenewInterval, 10*time.Second)
+	set(&c.LeaseDuration, time.Minute)
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Running == nil {
+		c.Running = func() string { return "" }
+	}
+}
+
+// Signal is whether some node's apiserver upgrade is under way.
+type Signal struct {
+	cfg   Config
+	watch *manifestWatch
+
+	mu    sync.Mutex
+	local Condition
+	// decided: the manifest watch has decided local at least once. Until
+	// then (the local apiserver's version not read yet: an agent
+	// restarted mid-upgrade, its apiserver down) this node's own lease,
+	// kept by its predecessor, still counts.
+	decided bool
+	leases  coordinationlisters.LeaseNamespaceLister // nil until Run has a client
+	on      bool
+	reason  string
+	expiry  *time.Timer // re-evaluates when the next fresh lease expires
+	// stopped: Run has ended, no timer is armed again.
+	stopped bool
+}
+
+// New returns a Signal for cfg, or an error if cfg.Node cannot name a
+// lease (empty, or too long with the prefix).
+func New(cfg Config) (*Signal, error) {
+	cfg.defaults()
+	if cfg.Node == "" {
+		return nil, fmt.Errorf("upgrade signal: no node name")
+	}
+	if errs := validation.IsDNS1123Subdomain(LeaseName(cfg.Node)); len(errs) > 0 {
+		return nil, fmt.Errorf("upgrade signal: node %q: lease name %s: %s", cfg.Node, LeaseName(cfg.Node), strings.Join(errs, "; "))
+	}
+	s := &Signal{cfg: cfg, local: Condition{Node: cfg.Node}}
+	if cfg.Manifest != "" {
+		s.watch = &manifestWatch{node: cfg.Node, path: cfg.Manifest, running: cfg.Running, log: cfg.Log}
+	}
+	return s, nil
+}
+
+// Signal reports whether some node's upgrade is under way, and which
+// ("; "-separated, by node), as of now.
+func (s *Signal) Signal() (on bool, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.evaluate(time.Now())
+}
+
+// evaluate is on while this node's condition is, or while another node's
+// lease is fresh (its renewal plus its duration, by that node's clock: a
+// skew of seconds against a minute's lease does not matter). This node's
+// own lease is left out once its manifest decided: the manifest is the
+// fresher truth, and a lease whose deletion failed must not outlive it.
+func (s *Signal) evaluate(now time.Time) (bool, string) {
+	var reasons []string
+	if s.local.On {
+		reasons = append(reasons, s.local.Reason())
+	}
+	for _, l := range s.fresh(now) {
+		reasons = append(reasons, l.Reason())
+	}
+	slices.Sort(reasons)
+	return len(reasons) > 0, strings.Join(reasons, "; ")
+}
+
+// fresh are the other nodes' conditions whose leases hold at now.
+func (s *Signal) fresh(now time.Time) []Condition {
+	var out []Condition
+	for _, l := range s.list() {
+		c, until, ok := leaseCondition(l)
+		if ok && now.Before(until) && !(s.decided && c.Node == s.cfg.Node) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (s *Signal) list() []*coordinationv1.Lease {
+	if s.leases == nil {
+		return nil
+	}
+	ls, _ := s.leases.List(labels.Everything()) // a cache lister does not fail
+	return ls
+}
+
+// changed re-evaluates, arms the timer for the next lease to expire
+// (informers say nothing when a lease merely ages), and calls OnChange
+// when the answer moved.
+func (s *Signal) changed() {
+	now := time.Now()
+	s.mu.Lock()
+	on, reason := s.evaluate(now)
+	s.armExpiry(now)
+	moved := on != s.on || reason != s.reason
+	s.on, s.reason = on, reason
+	s.mu.Unlock()
+	if !moved {
+		return
+	}
+	if on {
+		s.cfg.Log.Info("upgrade signal on", "reason", reason)
+	} else {
+		s.cfg.Log.Info("upgrade signal off")
+	}
+	if s.cfg.OnChange != nil {
+		s.cfg.OnChange()
+	}
+}
+
+func (s *Signal) armExpiry(now time.Time) {
+	var next time.Time
+	for _, l := range s.list() {
+		if _, until, ok := leaseCondition(l); ok && now.Before(until) && (next.IsZero() || until.Before(next)) {
+			next = until
+		}
+	}
+	s.stopExpiryLocked()
+	if !next.IsZero() && !s.stopped {
+		// A timer fires no earlier than asked, when now is no longer
+		// before the lease's end: the re-evaluation sees it expired.
+		s.expiry = time.AfterFunc(next.Sub(now), s.changed)
+	}
+}
+
+// Run watches this node's manifest and, with a client, publishes this
+// node's condition as a lease and follows every node's, until ctx ends.
+// Without a client only this node's manifest counts. Failures to write
+// the lease are logged (once until it succeeds again) and retried at the
+// next renewal; Run returns only when ctx ends.
+func (s *Signal) Run(ctx context.Context, client kubernetes.Interface) {
+	defer s.stopExpiry()
+	if s.watch == nil {
+		if client != nil {
+			s.follow(ctx, client)
+		}
+		<-ctx.Done()
+		return
+	}
+	p := &publisher{s: s, client: client, published: true} // a lease of an earlier run may be there
+	// This node's first decision before any lease is seen: a lease its
+	// predecessor left would otherwise count for a moment.
+	s.poll(ctx, p)
+	if client != nil {
+		s.follow(ctx, client)
+	}
+	t := time.NewTicker(s.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.poll(ctx, p)
+		}
+	}
+}
+
+// poll reads this node's manifest, re-evaluates and publishes.
+func (s *Signal) poll(ctx context.Context, p *publisher) {
+	c, decided := s.watch.check()
+	s.mu.Lock()
+	s.local = c
+	s.decided = s.decided || decided
+	s.mu.Unlock()
+	s.changed()
+	p.sync(ctx, c, decided, time.Now())
+}
+
+// follow starts an informer on the agents' leases; it does not wait for
+// its sync: until then only this node's manifest counts.
+func (s *Signal) follow(ctx context.Context, client kubernetes.Interface) {
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = Label + "=true" }))
+	inf := f.Coordination().V1().Leases()
+	changed := func(any) { s.changed() }
+	inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: changed,
+		UpdateFunc: func(_, obj any) { s.changed() }, DeleteFunc: changed})
+	s.mu.Lock()
+	s.leases = inf.Lister().Leases(Namespace)
+	s.mu.Unlock()
+	f.Start(ctx.Done())
+	context.AfterFunc(ctx, f.Shutdown)
+}
+
+// publisher keeps this node's lease in step with its condition.
+type publisher struct {
+	s         *Signal
+	client    kubernetes.Interface
+	published bool      // a lease may exist that the condition does not want
+	renewed   time.Time // zero: renew at the next sync
+	as        Condition // what the lease last said
+	failing   string    // the last failure logged
+	retryAt   time.Time // after a failure, no attempt before this
+}
+
+// sync renews the lease every RenewInterval while c is on, at once when
+// c changed, and deletes it once c is decided off: an undecided off (the
+// apiserver's version not read yet) is no evidence the upgrade ended.
+func (p *publisher) sync(ctx context.Context, c Condition, decided bool, now time.Time) {
+	if p.client == nil || now.Before(p.retryAt) {
+		return
+	}
+	var err error
+	switch {
+	case c.On && (c != p.as || now.Sub(p.renewed) >= p.s.cfg.RenewInterval):
+		if err = renew(ctx, p.client, c, p.s.cfg.LeaseDuration, now); err == nil {
+			p.published, p.renewed, p.as = true, now, c
+		}
+	case !c.On && decided && p.published:
+		if err = release(ctx, p.client, c.Node); err == nil {
+			p.published, p.as = false, Condition{}
+		}
+	}
+	if err != nil {
+		// Not every poll: a forbidden or unreachable apiserver would get
+		// a request a second from every node.
+		p.retryAt = now.Add(p.s.cfg.RenewInterval)
+	}
+	p.report(err)
+}
+
+func (p *publisher) report(err error) {
+	switch {
+	case err == nil && p.failing != "":
+		p.s.cfg.Log.Info("upgrade lease written again", "lease", LeaseName(p.s.cfg.Node))
+		p.failing = ""
+	case err != nil && err.Error() != p.failing:
+		p.s.cfg.Log.Warn("upgrade lease not written; other nodes learn of this node's upgrade only when its apiserver restarts", "err", err)
+		p.failing = err.Error()
+	}
+}
+
+// stopExpiry ends the expiry timer: after Run, nothing calls OnChange.
+func (s *Signal) stopExpiry() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopExpiryLocked()
+	s.stopped = true
+}
+
+func (s *Signal) stopExpiryLocked() {
+	if s.expiry != nil {
+		s.expiry.Stop()
+		s.expiry = nil
+	}
+}

@@ -1,0 +1,247 @@
+package upgrade
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// agent is one node's Signal, as `skewgate run` starts it.
+type agent struct {
+	sig      *Signal
+	manifest string
+	mu       sync.Mutex
+	running  string
+	changes  atomic.Int32
+	stop     context.CancelFunc
+	done     chan struct{}
+}
+
+func startAgent(t *testing.T, client kubernetes.Interface, node, running, image string) *agent {
+	t.Helper()
+	a := &agent{running: running, done: make(chan struct{})}
+	if image != "" { // "": not a kubeadm node, no manifest watched
+		a.manifest = filepath.Join(t.TempDir(), "kube-apiserver.yaml")
+		writeManifest(t, a.manifest, image)
+	}
+	sig, err := New(Config{Node: node, Manifest: a.manifest, Running: a.version, OnChange: func() { a.changes.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.sig = sig
+	ctx, cancel := context.WithCancel(context.Background())
+	a.stop = cancel
+	go func() { defer close(a.done); sig.Run(ctx, client) }()
+	return a
+}
+
+func (a *agent) version() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.running
+}
+
+func (a *agent) setVersion(v string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.running = v
+}
+
+func (a *agent) halt() {
+	a.stop()
+	<-a.done
+}
+
+func wantSignal(t *testing.T, who string, a *agent, on bool, reason string) {
+	t.Helper()
+	gotOn, got := a.sig.Signal()
+	if gotOn != on || got != reason {
+		t.Fatalf("%s: Signal() = %t, %q; want %t, %q", who, gotOn, got, on, reason)
+	}
+}
+
+func getLease(t *testing.T, client kubernetes.Interface, node string) (*coordinationv1.Lease, bool) {
+	t.Helper()
+	l, err := client.CoordinationV1().Leases(Namespace).Get(context.Background(), LeaseName(node), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, true
+}
+
+// TestUpgradeReachesEveryNode: node-a's manifest names a new version; its
+// lease reaches node-b, whose Signal turns on and calls OnChange; the
+// lease is renewed while the upgrade lasts and deleted when node-a's
+// apiserver runs the new version, which turns node-b off again.
+func TestUpgradeReachesEveryNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		client := fake.NewClientset()
+		const old, new = "registry.k8s.io/kube-apiserver:v1.35.4", "registry.k8s.io/kube-apiserver:v1.36.3"
+		a := startAgent(t, client, "node-a", "v1.35.4", old)
+		b := startAgent(t, client, "node-b", "v1.35.4", old)
+		defer b.halt()
+		defer a.halt()
+		synctest.Wait()
+		wantSignal(t, "one version", b, false, "")
+		if _, ok := getLease(t, client, "node-a"); ok {
+			t.Fatal("a lease while no upgrade is under way")
+		}
+
+		writeManifest(t, a.manifest, new)
+		time.Sleep(time.Second) // node-a's next poll
+		synctest.Wait()
+		reason := "node node-a: manifest names kube-apiserver v1.36.3, running v1.35.4"
+		wantSignal(t, "node-a itself", a, true, reason)
+		wantSignal(t, "node-b", b, true, reason)
+		if b.changes.Load() != 1 {
+			t.Errorf("node-b's OnChange called %d times, want once", b.changes.Load())
+		}
+		l, ok := getLease(t, client, "node-a")
+		if !ok {
+			t.Fatal("no lease for node-a's upgrade")
+		}
+		if l.Labels[Label] != "true" || *l.Spec.HolderIdentity != "node-a" || *l.Spec.LeaseDurationSeconds != 60 ||
+			l.Annotations[AnnotationManifest] != "v1.36.3" || l.Annotations[AnnotationRunning] != "v1.35.4" {
+			t.Errorf("lease %+v %+v", l.ObjectMeta, l.Spec)
+		}
+		if !l.Spec.RenewTime.Time.Equal(time.Now()) || !l.Spec.AcquireTime.Time.Equal(time.Now()) {
+			t.Errorf("lease renewed %v, acquired %v; want now, %v", l.Spec.RenewTime, l.Spec.AcquireTime, time.Now())
+		}
+		acquired := l.Spec.AcquireTime.Time
+
+		// Two minutes of the upgrade (the apiserver's restart): renewed
+		// every 10 s, so node-b never sees it lapse.
+		a.setVersion("")
+		for range 12 {
+			time.Sleep(10 * time.Second)
+			synctest.Wait()
+			wantSignal(t, "node-b during the restart", b, true, reason)
+		}
+		l, _ = getLease(t, client, "node-a")
+		if age := time.Since(l.Spec.RenewTime.Time); age > 10*time.Second || !l.Spec.AcquireTime.Time.Equal(acquired) {
+			t.Errorf("lease renewed %s ago, acquired %v: want within 10 s, still %v", age, l.Spec.AcquireTime, acquired)
+		}
+
+		a.setVersion("v1.36.3")
+		time.Sleep(time.Second)
+		synctest.Wait()
+		wantSignal(t, "node-a upgraded", a, false, "")
+		wantSignal(t, "node-b after node-a's upgrade", b, false, "")
+		if _, ok := getLease(t, client, "node-a"); ok {
+			t.Error("node-a's lease kept after its upgrade ended")
+		}
+		if b.changes.Load() != 2 {
+			t.Errorf("node-b's OnChange called %d times, want twice (on, off)", b.changes.Load())
+		}
+	})
+}
+
+// TestLeaseLapses: an agent that stops mid-upgrade leaves its lease, which
+// holds for its duration and no longer: the other nodes turn off when it
+// expires and call OnChange, though no informer event says so — node-c,
+// which watches no manifest, has nothing but the expiry to wake it.
+func TestLeaseLapses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		client := fake.NewClientset()
+		a := startAgent(t, client, "node-a", "v1.36.3", "registry.k8s.io/kube-apiserver:v1.35.4")
+		b := startAgent(t, client, "node-b", "v1.36.3", "registry.k8s.io/kube-apiserver:v1.36.3")
+		c := startAgent(t, client, "node-c", "", "")
+		defer c.halt()
+		defer b.halt()
+		synctest.Wait()
+		reason := "node node-a: manifest names kube-apiserver v1.35.4, running v1.36.3"
+		wantSignal(t, "node-b during node-a's rollback", b, true, reason)
+		wantSignal(t, "node-c during node-a's rollback", c, true, reason)
+		a.halt()
+		if _, ok := getLease(t, client, "node-a"); !ok {
+			t.Fatal("a stopping agent deleted its lease: a restart mid-upgrade would drop the signal")
+		}
+		time.Sleep(59 * time.Second)
+		synctest.Wait()
+		wantSignal(t, "node-b, 59 s after node-a's last renewal", b, true, reason)
+		before, beforeC := b.changes.Load(), c.changes.Load()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		wantSignal(t, "node-b, 60 s after", b, false, "")
+		if b.changes.Load() != before+1 || c.changes.Load() != beforeC+1 {
+			t.Errorf("OnChange called %d times on node-b and %d on node-c at the expiry, want once each",
+				b.changes.Load()-before, c.changes.Load()-beforeC)
+		}
+		if on, _ := c.sig.Signal(); on {
+			t.Error("node-c: on after the lease expired")
+		}
+	})
+}
+
+// TestOtherLeases: leases not of the agents' shape count for nothing, and
+// an earlier run's lease of this node, with no upgrade under way, is
+// deleted at start and never counted.
+func TestOtherLeases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := metav1.NewMicroTime(time.Now())
+		secs := int32(3600)
+		lease := func(name, holder string) *coordinationv1.Lease {
+			return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: map[string]string{Label: "true"},
+				Annotations: map[string]string{AnnotationManifest: "v9.9.9", AnnotationRunning: "v1.36.3"}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, RenewTime: &now}}
+		}
+		client := fake.NewClientset(
+			lease(LeaseName("node-c"), "node-d"), // holder and name disagree
+			lease("kube-controller-manager", "node-c"),
+			lease(LeaseName("node-a"), "node-a"), // node-a's, from before its restart
+		)
+		a := startAgent(t, client, "node-a", "v1.36.3", "registry.k8s.io/kube-apiserver:v1.36.3")
+		defer a.halt()
+		synctest.Wait()
+		wantSignal(t, "node-a", a, false, "")
+		if _, ok := getLease(t, client, "node-a"); ok {
+			t.Error("node-a's stale lease not deleted")
+		}
+		if a.changes.Load() != 0 {
+			t.Errorf("OnChange called %d times with nothing on", a.changes.Load())
+		}
+	})
+}
+
+// TestRestartMidUpgrade: an agent restarted while its apiserver is down
+// for the upgrade (its version not read yet) keeps the lease its
+// predecessor wrote, and counts it, until it can decide; then the
+// upgrade's end deletes it.
+func TestRestartMidUpgrade(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		client := fake.NewClientset()
+		before := startAgent(t, client, "node-a", "v1.35.4", "registry.k8s.io/kube-apiserver:v1.36.3")
+		synctest.Wait()
+		before.halt()
+
+		a := startAgent(t, client, "node-a", "", "registry.k8s.io/kube-apiserver:v1.36.3")
+		defer a.halt()
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if _, ok := getLease(t, client, "node-a"); !ok {
+			t.Fatal("the restarted agent deleted the lease before it could decide")
+		}
+		wantSignal(t, "the restarted agent", a, true, "node node-a: manifest names kube-apiserver v1.36.3, running v1.35.4")
+
+		a.setVersion("v1.36.3")
+		time.Sleep(time.Second)
+		synctest.Wait()
+		wantSignal(t, "the new apiserver up", a, false, "")
+		if _, ok := getLease(t, client, "node-a"); ok {
+			t.Error("the lease kept after the upgrade ended")
+		}
+	})
+}
