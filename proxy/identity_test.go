@@ -301,8 +301,20 @@ func (rig *identityRig) sendH2Method(t *testing.T, method, path string, fields .
 	for i := 0; i+1 < len(all); i += 2 {
 		enc.WriteField(hpack.HeaderField{Name: all[i], Value: all[i+1]})
 	}
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+	// In frames of the default maximum size: HEADERS, then CONTINUATIONs.
+	const frameSize = 16 << 10
+	frag := block.Bytes()
+	first := frag[:min(len(frag), frameSize)]
+	frag = frag[len(first):]
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: first, EndStream: true, EndHeaders: len(frag) == 0}); err != nil {
 		t.Fatal(err)
+	}
+	for len(frag) > 0 {
+		next := frag[:min(len(frag), frameSize)]
+		frag = frag[len(next):]
+		if err := fr.WriteContinuation(1, len(frag) == 0, next); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for {
 		f, err := fr.ReadFrame()

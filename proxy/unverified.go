@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -98,18 +99,26 @@ func (h *Handler) tokenVerdict(ctx context.Context, auth string) int {
 		ids = append(healthyPeers(t), ids...)
 	}
 	for _, b := range h.members.Backends(ids) {
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL.String()+"/apis/authentication.k8s.io/v1/selfsubjectreviews", bytes.NewReader(selfReview))
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		req, err := http.NewRequestWithContext(rctx, http.MethodPost, b.URL.String()+"/apis/authentication.k8s.io/v1/selfsubjectreviews", bytes.NewReader(selfReview))
 		if err != nil {
 			cancel()
 			return 0
 		}
 		req.Header.Set("Authorization", auth)
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := b.Do(req, true, nil)
+		resp, err := b.Send(req, true, nil)
 		cancel()
 		if err != nil {
-			continue
+			if kind, ok := forward.Blame(err); ok {
+				h.forwardFailed(b.ID, kind, err)
+			}
+			if ctx.Err() != nil || errors.As(err, new(*forward.CallerError)) && !errors.Is(err, context.DeadlineExceeded) {
+				// The caller left, or its token cannot be sent (the
+				// transport refused it): no server will tell.
+				return 0
+			}
+			continue // the next server may tell
 		}
 		resp.Body.Close()
 		switch resp.StatusCode {
