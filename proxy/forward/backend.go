@@ -81,6 +81,16 @@ func (b *Backend) BreakOnFailures() {
 	})
 }
 
+// BreakerCounts are the breaker's counts since it last changed state (zero
+// without a breaker), and whether it is closed: what the exchanges with b
+// counted against it.
+func (b *Backend) BreakerCounts() (gobreaker.Counts, bool) {
+	if b.breaker == nil {
+		return gobreaker.Counts{}, true
+	}
+	return b.breaker.Counts(), b.breaker.State() == gobreaker.StateClosed
+}
+
 // admit asks the breaker whether b takes a request now; done reports the
 // outcome.
 func (b *Backend) admit() (done func(error), err error) {
