@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -161,7 +160,7 @@ func (o *runOptions) validate() error {
 // node (kernel side), which meet only through the node's seams.
 func run(ctx context.Context, o *runOptions) error {
 	log := slog.Default()
-	tuneGC()
+	tuneGC(log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
 	o.proxy.UserAgent, o.proxy.Log = userAgent(), log
@@ -222,20 +221,6 @@ func localHostPort(s string) string {
 		return ""
 	}
 	return u.Host
-}
-
-// tuneGC trades memory for CPU where the operator set nothing: skewgate's
-// live heap is small (tens of MiB) and it shares the node's CPUs with
-// kube-apiserver, so it lets the heap grow to 3x the live heap instead of
-// 2x between collections, but collects harder as Go's memory nears 96 MiB
-// (GOGC and GOMEMLIMIT override either).
-func tuneGC() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(200)
-	}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(96 << 20)
-	}
 }
 
 // steeringMode is the cluster's mode (kube-system/skewgate) when it sets
