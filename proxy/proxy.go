@@ -57,6 +57,11 @@ type Config struct {
 	TLSCipherSuites []string
 	// HTTP2MaxStreams bounds concurrent streams per client connection.
 	HTTP2MaxStreams int
+	// LocalMaxInFlight bounds the short requests in flight to the local
+	// apiserver (0: no bound), as PeerMaxInFlight does each peer's: past
+	// it callers get a retryable 429, and skewgate's goroutines, sockets
+	// and body copies stay bounded when a node's load piles up.
+	LocalMaxInFlight int
 }
 
 // Proxy is the request side, loaded and checked: certificates read, the
@@ -97,6 +102,9 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 	p.Members, err = membership.New(membership.Config{Local: local, LocalServerName: localServerName(cfg.LocalServerName, local), Peers: p.peers, RefreshInterval: cfg.RefreshInterval, WindowHold: cfg.WindowHold, Trust: p.trust, UserAgent: cfg.UserAgent, Log: cfg.Log})
 	if err != nil {
 		return nil, err
+	}
+	if local := p.Members.Backends([]string{p.Members.LocalID()}); len(local) == 1 {
+		local[0].LimitInFlight(cfg.LocalMaxInFlight) // before any request
 	}
 	check := p.trust
 	check.ServerName = localServerName(cfg.LocalServerName, local)
@@ -202,6 +210,9 @@ func (c Config) Validate() []error {
 	}
 	if c.HTTP2MaxStreams < 0 {
 		errs = append(errs, fmt.Errorf("--http2-max-streams-per-connection %d: want 0 (Go's default) or more", c.HTTP2MaxStreams))
+	}
+	if c.LocalMaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("--local-max-requests-inflight %d: want 0 (no bound) or more", c.LocalMaxInFlight))
 	}
 	if c.RefreshInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--discovery-refresh-interval %s: want a positive duration", c.RefreshInterval))
