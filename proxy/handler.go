@@ -9,6 +9,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -137,6 +138,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 	x.caller = caller
 	x.marked = r.Header.Get(PeerProxiedHeader) == "true"
 	h.auth.stripIdentity(r.Header)
+	if !headerListFits(r, h.auth.identityHeaders(caller)) {
+		// Refused here, as the apiserver would refuse it: sent on, the
+		// transport would refuse it after taking a connection, or a
+		// server would end the connection.
+		reject(w, r, forward.HeaderTooLarge())
+		return
+	}
 
 	req, err := h.classifier.Classify(r)
 	if err != nil {
@@ -273,6 +281,24 @@ func (h *Handler) forwardFailed(id string, kind forward.FailureKind, err error) 
 	if kind == forward.FailConnect {
 		h.members.ConnFailed(id, err)
 	}
+}
+
+// sendFailed answers a request whose send to server id on the caller's
+// behalf failed, and blames the server only as forward.Blame says: a
+// caller's request that the transport refused is answered as the apiserver
+// would (431, 400), one the caller left is not answered at all.
+func (h *Handler) sendFailed(w http.ResponseWriter, r *http.Request, x *exchange, id string, err error) {
+	if r.Context().Err() != nil {
+		return // the caller left: nobody to answer
+	}
+	if ce := (*forward.CallerError)(nil); errors.As(err, &ce) {
+		forward.RefuseCaller(w, r, ce)
+		return
+	}
+	if kind, ok := forward.Blame(err); ok {
+		h.forwardFailed(id, kind, err)
+	}
+	unavailable(w, r, x, err.Error())
 }
 
 // identity returns what forward applies to a request last: whatever

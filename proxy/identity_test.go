@@ -91,6 +91,13 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
+		if doc, ok := discoveryDocs[r.URL.Path]; ok && strings.Contains(r.Header.Get("Accept"), "g=apidiscovery.k8s.io") {
+			// Aggregated discovery v2, so membership can make the local
+			// server healthy with a document (see runMembers).
+			w.Header().Set("Content-Type", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+			io.WriteString(w, doc)
+			return
+		}
 		if r.URL.Query().Get("watch") == "true" { // a watch: an event, then nothing until the caller leaves
 			w.Write([]byte(`{"type":"ADDED"}` + "\n"))
 			w.(http.Flusher).Flush()
@@ -174,6 +181,35 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 	t.Cleanup(func() { cancel(); <-done })
 	rig.addr = ln.Addr().String()
 	return rig
+}
+
+// discoveryDocs are the stand-in's aggregated discovery: configmaps in
+// core/v1, no groups.
+var discoveryDocs = map[string]string{
+	"/api": `{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","metadata":{},"items":[{"metadata":{"creationTimestamp":null},` +
+		`"versions":[{"version":"v1","resources":[{"resource":"configmaps","responseKind":{"group":"","version":"v1","kind":"ConfigMap"},` +
+		`"scope":"Namespaced","singularResource":"configmap","verbs":["create","delete","get","list","patch","update","watch"]}],"freshness":"Current"}]}]}`,
+	"/apis": `{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","metadata":{},"items":[]}`,
+}
+
+// runMembers probes the rig's local server until it is healthy and its
+// discovery is in the merged view, with a breaker on its backend (the
+// local server has none in production) that records any failure counted
+// against it.
+func (rig *identityRig) runMembers(t testing.TB) *forward.Backend {
+	b := rig.members.Backends([]string{rig.members.LocalID()})[0]
+	b.BreakOnFailures()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go rig.members.Run(ctx)
+	deadline := time.Now().Add(20 * time.Second)
+	for !rig.members.Table().Local.Healthy || !mergesLocal(rig.members.Discovery().Merged, rig.members.LocalID()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the local stand-in never became healthy with discovery: %+v", rig.members.Statuses())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return b
 }
 
 func mustIP(s string) netip.Addr { return netip.MustParseAddr(s) }
@@ -333,8 +369,20 @@ func (rig *identityRig) sendH2Method(t *testing.T, method, path string, fields .
 	for i := 0; i+1 < len(all); i += 2 {
 		enc.WriteField(hpack.HeaderField{Name: all[i], Value: all[i+1]})
 	}
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+	// In frames of the default maximum size: HEADERS, then CONTINUATIONs.
+	const frameSize = 16 << 10
+	frag := block.Bytes()
+	first := frag[:min(len(frag), frameSize)]
+	frag = frag[len(first):]
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: first, EndStream: true, EndHeaders: len(frag) == 0}); err != nil {
 		t.Fatal(err)
+	}
+	for len(frag) > 0 {
+		next := frag[:min(len(frag), frameSize)]
+		frag = frag[len(next):]
+		if err := fr.WriteContinuation(1, len(frag) == 0, next); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for {
 		f, err := fr.ReadFrame()

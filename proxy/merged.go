@@ -142,13 +142,9 @@ func (h *Handler) localAllows(w http.ResponseWriter, r *http.Request, x *exchang
 		forward.Unavailable(w, r, "no local apiserver")
 		return false
 	}
-	resp, err := local[0].Do(r, x.caller.User == nil, h.identity(x.caller, x.marked))
+	resp, err := local[0].Send(r, x.caller.User == nil, h.identity(x.caller, x.marked))
 	if err != nil {
-		if r.Context().Err() != nil {
-			return false // the caller left: its cancellation is no server's failure
-		}
-		h.forwardFailed(local[0].ID, forward.FailConnect, err)
-		unavailable(w, r, x, err.Error())
+		h.sendFailed(w, r, x, local[0].ID, err)
 		return false
 	}
 	defer resp.Body.Close()

@@ -68,6 +68,11 @@ type Config struct {
 	// APIServerManifest is the kube-apiserver static-pod manifest whose
 	// image tag announces this node's upgrade (empty: not watched).
 	APIServerManifest string
+	// LocalMaxInFlight bounds the short requests in flight to the local
+	// apiserver (0: no bound), as PeerMaxInFlight does each peer's: past
+	// it callers get a retryable 429, and skewgate's goroutines, sockets
+	// and body copies stay bounded when a node's load piles up.
+	LocalMaxInFlight int
 }
 
 // Proxy is the request side, loaded and checked: certificates read, the
@@ -115,6 +120,9 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 		UpgradeSignal: p.Upgrade.Signal})
 	if err != nil {
 		return nil, err
+	}
+	if local := p.Members.Backends([]string{p.Members.LocalID()}); len(local) == 1 {
+		local[0].LimitInFlight(cfg.LocalMaxInFlight) // before any request
 	}
 	check := p.trust
 	check.ServerName = localServerName(cfg.LocalServerName, local)
@@ -232,6 +240,9 @@ func (c Config) Validate() []error {
 	}
 	if c.RollbackGrace < 0 {
 		errs = append(errs, fmt.Errorf("--rollback-grace %s: want 0 (no grace) or a positive duration", c.RollbackGrace))
+	}
+	if c.LocalMaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("--local-max-requests-inflight %d: want 0 (no bound) or more", c.LocalMaxInFlight))
 	}
 	if c.RefreshInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--discovery-refresh-interval %s: want a positive duration", c.RefreshInterval))

@@ -72,7 +72,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, t TLS) error {
 		// An idle connection is closed, so no verdict on a client
 		// certificate outlives its use for long.
 		IdleTimeout:    90 * time.Second,
-		MaxHeaderBytes: 1 << 20,
+		MaxHeaderBytes: FrontHeaderBytes,
 		ConnContext:    withConnVerdict,
 	}
 	if t.MaxStreams > 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -133,7 +134,15 @@ func (h *Handler) tokenVerdict(ctx context.Context, auth string) int {
 	for _, b := range h.members.Backends(ids) {
 		status, err := selfSubjectReview(ctx, b, auth)
 		if err != nil {
-			continue
+			if kind, ok := forward.Blame(err); ok {
+				h.forwardFailed(b.ID, kind, err)
+			}
+			if ctx.Err() != nil || errors.As(err, new(*forward.CallerError)) && !errors.Is(err, context.DeadlineExceeded) {
+				// The caller left, or its token cannot be sent (the
+				// transport refused it): no server will tell.
+				return 0
+			}
+			continue // the next server may tell
 		}
 		switch status {
 		case http.StatusCreated, http.StatusUnauthorized:
@@ -156,7 +165,7 @@ func selfSubjectReview(ctx context.Context, b *forward.Backend, auth string) (in
 	}
 	req.Header.Set("Authorization", auth)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := b.Do(req, true, nil)
+	resp, err := b.Send(req, true, nil)
 	if err != nil {
 		return 0, fmt.Errorf("self subject review on %s: %w", b.ID, err)
 	}

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -86,6 +85,7 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.StringVar(&o.proxy.TLSMinVersion, "tls-min-version", "", "minimum TLS version, as kube-apiserver's flag: "+strings.Join(cliflag.TLSPossibleVersions(), ", ")+" (default VersionTLS12)")
 	f.StringSliceVar(&o.proxy.TLSCipherSuites, "tls-cipher-suites", nil, "cipher suites, as kube-apiserver's flag (default: Go's); possible: "+strings.Join(cliflag.PreferredTLSCipherNames(), ", "))
 	f.IntVar(&o.proxy.HTTP2MaxStreams, "http2-max-streams-per-connection", 1000, "HTTP/2 concurrent streams per client connection, as kube-apiserver's flag")
+	f.IntVar(&o.proxy.LocalMaxInFlight, "local-max-requests-inflight", 600, "short requests in flight to the local apiserver (kube-apiserver's --max-requests-inflight plus --max-mutating-requests-inflight); past it callers get 429 with Retry-After; 0 for no bound")
 
 	f = fss.FlagSet("authentication")
 	f.StringVar(&o.proxy.Certs.ClientCA, "client-ca-file", "", "CA bundle verifying client certificates, as kube-apiserver's (required)")
@@ -167,7 +167,7 @@ func (o *runOptions) validate() error {
 // node (kernel side), which meet only through the node's seams.
 func run(ctx context.Context, o *runOptions) error {
 	log := slog.Default()
-	tuneGC()
+	tuneGC(log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
 	o.proxy.UserAgent, o.proxy.Log = userAgent(), log
@@ -228,20 +228,6 @@ func localHostPort(s string) string {
 		return ""
 	}
 	return u.Host
-}
-
-// tuneGC trades memory for CPU where the operator set nothing: skewgate's
-// live heap is small (tens of MiB) and it shares the node's CPUs with
-// kube-apiserver, so it lets the heap grow to 3x the live heap instead of
-// 2x between collections, but collects harder as Go's memory nears 96 MiB
-// (GOGC and GOMEMLIMIT override either).
-func tuneGC() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(200)
-	}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(96 << 20)
-	}
 }
 
 // steeringMode is the cluster's mode (kube-system/skewgate) when it sets

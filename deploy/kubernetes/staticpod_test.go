@@ -34,6 +34,12 @@ func TestStaticPod(t *testing.T) {
 	if !pod.Spec.HostNetwork || !pod.Spec.HostPID || !slices.Equal(c.SecurityContext.Capabilities.Add, dc.SecurityContext.Capabilities.Add) {
 		t.Errorf("static pod: hostNetwork %t, hostPID %t, capabilities %v: want the DaemonSet's", pod.Spec.HostNetwork, pod.Spec.HostPID, c.SecurityContext.Capabilities.Add)
 	}
+	// The soft memory limit follows the container's limit in both forms.
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "SKEWGATE_MEMORY_LIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.Resource == "limits.memory"
+	}) {
+		t.Errorf("static pod env %v: no SKEWGATE_MEMORY_LIMIT from limits.memory", c.Env)
+	}
 	for _, want := range []string{"--kubeconfig=/etc/kubernetes/skewgate.conf", "--steer-address=10.0.0.1:6443", "--local-apiserver=https://127.0.0.1:7443", "--steering"} {
 		if !slices.Contains(c.Args, want) {
 			t.Errorf("static pod args %v: no %s", c.Args, want)

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -78,6 +79,16 @@ func (b *Backend) BreakOnFailures() {
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 5 },
 		IsExcluded:  func(err error) bool { return errors.Is(err, context.Canceled) || errors.Is(err, errCaller) },
 	})
+}
+
+// BreakerCounts are the breaker's counts since it last changed state (zero
+// without a breaker), and whether it is closed: what the exchanges with b
+// counted against it.
+func (b *Backend) BreakerCounts() (gobreaker.Counts, bool) {
+	if b.breaker == nil {
+		return gobreaker.Counts{}, true
+	}
+	return b.breaker.Counts(), b.breaker.State() == gobreaker.StateClosed
 }
 
 // admit asks the breaker whether b takes a request now; done reports the
@@ -223,14 +234,40 @@ func (s *connSet) closeAll() {
 	}
 }
 
-// trackedConn leaves its set when closed.
+// trackedConn leaves its set when closed, and remembers whether the
+// connection broke under skewgate: the evidence that blames a server for
+// an exchange on it (see blame).
 type trackedConn struct {
 	net.Conn
-	set  *connSet
-	once sync.Once
+	set    *connSet
+	once   sync.Once
+	closed atomic.Bool // skewgate closed it
+	broken atomic.Bool // a read or write failed while skewgate had not closed it
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.note(err)
+	return n, err
+}
+
+func (c *trackedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.note(err)
+	return n, err
+}
+
+// note records err as the connection breaking: the server closed it (EOF),
+// reset it, or it timed out. An error after skewgate's own Close is none
+// of the server's doing.
+func (c *trackedConn) note(err error) {
+	if err != nil && !c.closed.Load() {
+		c.broken.Store(true)
+	}
 }
 
 func (c *trackedConn) Close() error {
+	c.closed.Store(true)
 	c.once.Do(func() {
 		c.set.mu.Lock()
 		delete(c.set.open, c)

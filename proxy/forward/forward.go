@@ -3,20 +3,16 @@ package forward
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/util/proxy"
 )
@@ -253,15 +249,30 @@ func (f *failover) WrappedRoundTripper() http.RoundTripper {
 
 func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 	body := callerBody(req)
+	defer body.release() // no attempt follows a return
 	var errs []error
 	candidates, more := f.req.Candidates, f.req.Fallback
 	moreIdentity := f.req.SetIdentity
 	sent := false // bytes of the request may have reached a server
-	for i := 0; i < len(candidates); i++ {
-		b := candidates[i]
+	// refused is the last answer of a server shutting down that did not
+	// take the request: passed on if no other server takes it.
+	var refused *http.Response
+	var refusedBy *Backend
+	for i := 0; i < len(candidates) || more != nil; i++ {
 		if i > 0 && sent && !f.retry {
 			break
 		}
+		if i == len(candidates) {
+			// Every candidate failed the request, or refused it: ask
+			// for more, once.
+			peers, identity := more()
+			candidates, moreIdentity = append(candidates[:len(candidates):len(candidates)], peers...), identity
+			more = nil
+			if i == len(candidates) {
+				break
+			}
+		}
+		b := candidates[i]
 		if i > 0 {
 			if err := rewind(req, body); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", b.ID, err))
@@ -277,7 +288,14 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 		if i >= len(f.req.Candidates) {
 			fr.SetIdentity = moreIdentity
 		}
-		resp, at, err := roundTrip(req, b, fr)
+		resp, at, err := roundTrip(req, b, fr.Anonymous, fr.SetIdentity)
+		if err == nil && notTaken(resp) {
+			done(errCaller) // it answered, but as no server in routing would
+			closeBody(refused)
+			refused, refusedBy = resp, b
+			errs = append(errs, fmt.Errorf("%s: shutting down, it did not take the request", b.ID))
+			continue // it did not take the request: the next capable one may
+		}
 		if err == nil && f.req.Listed && TypeNotFound(resp) && f.req.Stale != nil && f.req.Stale(b.ID) {
 			done(nil)
 			resp.Body.Close()
@@ -286,229 +304,56 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if err == nil {
 			done(nil)
-			resp.Header.Set(HeaderServer, b.ID)
-			if f.req.LongRunning {
-				resp.Body = cleanEnd{resp.Body}
-			}
-			return resp, nil
+			return f.answer(resp, b, refused), nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", b.ID, err))
-		if cerr := callerFault(req, body, at, err); cerr != nil {
+		err = blame(req.Context(), body, at, err)
+		var se *ServerError
+		switch {
+		case errors.As(err, new(*CallerError)):
 			// The caller's own doing: no server failed, nothing to retry.
 			done(errCaller)
-			return nil, cerr
+			closeBody(refused)
+			return nil, err
+		case errors.As(err, &se):
+			done(err)
+			f.failed(b.ID, se.Kind, err)
+		default:
+			done(errCaller) // nobody's: skewgate closed the connection
 		}
-		done(err)
-		kind := FailRequest
-		if at.dialFailed {
-			kind = FailConnect
-		}
-		f.failed(b.ID, kind, err)
 		sent = sent || at.connected
 		if sent && !f.retry {
 			// Bytes of a write may have reached the server: never
 			// send them again.
 			break
 		}
-		if i == len(candidates)-1 && more != nil {
-			peers, identity := more()
-			candidates, moreIdentity = append(candidates[:len(candidates):len(candidates)], peers...), identity
-			more = nil
-		}
+	}
+	if refused != nil {
+		return f.answer(refused, refusedBy, nil), nil
 	}
 	return nil, &forwardError{errors.Join(errs...)}
+}
+
+// answer is b's resp, once nothing else will be tried.
+func (f *failover) answer(resp *http.Response, b *Backend, refused *http.Response) *http.Response {
+	closeBody(refused)
+	resp.Header.Set(HeaderServer, b.ID)
+	if f.req.LongRunning {
+		resp.Body = cleanEnd{resp.Body}
+	}
+	return resp
+}
+
+func closeBody(resp *http.Response) {
+	if resp != nil {
+		resp.Body.Close()
+	}
 }
 
 func (f *failover) failed(id string, kind FailureKind, err error) {
 	if f.req.Failed != nil {
 		f.req.Failed(id, kind, err)
 	}
-}
-
-// attempt is what happened to one exchange on its way to a server.
-type attempt struct {
-	// connected: a connection was obtained, so bytes of the request may
-	// have been sent.
-	connected bool
-	// dialFailed: dialing or the TLS handshake failed. Only this, or a
-	// connection that broke, is the server's failure; a request the
-	// transport refused before either (an invalid method or header) is
-	// the caller's.
-	dialFailed bool
-}
-
-// roundTrip sends req to b and reports how far it got.
-func roundTrip(req *http.Request, b *Backend, fr Request) (*http.Response, attempt, error) {
-	var connected, dialFailed atomic.Bool
-	// The transport may try again itself — a request a graceful GOAWAY
-	// refused, or a connection that proved unusable before the request
-	// went out — and does so only when the server did not take it: what
-	// counts is the last attempt, which begins with GetConn.
-	trace := &httptrace.ClientTrace{
-		GetConn: func(string) {
-			connected.Store(false)
-			dialFailed.Store(false)
-		},
-		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
-		ConnectDone: func(_, _ string, err error) {
-			if err != nil {
-				dialFailed.Store(true)
-			}
-		},
-		TLSHandshakeDone: func(_ tls.ConnectionState, err error) {
-			if err != nil {
-				dialFailed.Store(true)
-			}
-		},
-	}
-	resp, err := b.Do(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), fr.Anonymous, fr.SetIdentity)
-	return resp, attempt{connected: connected.Load(), dialFailed: dialFailed.Load()}, err
-}
-
-// errCaller is what the breaker is told of an exchange the caller ended
-// or spoiled: excluded, it counts neither way.
-var errCaller = errors.New("the caller's request failed, not the server")
-
-// CallerError is a request that failed through the caller's own doing: it
-// left, its body could not be read, or the transport refused to send it.
-// It is answered 400 (or not at all, to a caller that left), and never
-// counts against a server.
-type CallerError struct{ Err error }
-
-func (e *CallerError) Error() string { return "the request could not be forwarded: " + e.Err.Error() }
-func (e *CallerError) Unwrap() error { return e.Err }
-
-// callerFault returns a CallerError when err is the caller's doing: its
-// context ended, reading its body failed, or neither a connection was
-// obtained nor a dial failed (the transport refused the request itself).
-func callerFault(req *http.Request, body *bodyReader, at attempt, err error) error {
-	switch {
-	case req.Context().Err() != nil:
-		return &CallerError{req.Context().Err()}
-	case body != nil && body.failed() != nil:
-		return &CallerError{body.failed()}
-	case !at.connected && !at.dialFailed:
-		return &CallerError{err}
-	}
-	return nil
-}
-
-// MaxReplay is the most of a caller's body kept to send it again: as much
-// as kube-apiserver takes in one request (3 MiB, its MaxRequestBodyBytes).
-// A longer body is streamed and never sent twice.
-const MaxReplay = 3 << 20
-
-// bodyReader is the caller's body for every attempt. It records an error
-// reading it (a malformed chunk, a caller that left mid-upload) as the
-// caller's, and keeps what was read (up to MaxReplay bytes) so that a
-// request the server provably did not take — refused at dial, or on a
-// connection its graceful GOAWAY had already closed to new streams — is
-// sent again whole, by the transport (GetBody) or to the next candidate.
-type bodyReader struct {
-	mu   sync.Mutex
-	src  io.ReadCloser
-	kept []byte
-	read int  // bytes read from src
-	over bool // more than MaxReplay were read: kept is gone
-	err  error
-}
-
-// errTooLongToReplay is a request whose body was too long to keep, asked
-// for again.
-var errTooLongToReplay = fmt.Errorf("the request body is longer than %d bytes and cannot be sent again", MaxReplay)
-
-// readAt reads the body from off: what was kept, then the rest of the
-// caller's body.
-func (b *bodyReader) readAt(p []byte, off int) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if off < b.read {
-		if b.over {
-			return 0, errTooLongToReplay
-		}
-		return copy(p, b.kept[off:]), nil
-	}
-	if b.err != nil {
-		return 0, b.err
-	}
-	n, err := b.src.Read(p)
-	b.read += n
-	switch {
-	case b.over:
-	case b.read > MaxReplay:
-		b.over, b.kept = true, nil
-	default:
-		b.kept = append(b.kept, p[:n]...)
-	}
-	if err != nil {
-		b.err = err // io.EOF too: the caller's body is read once
-	}
-	return n, err
-}
-
-// open returns a reader of the body from its start.
-func (b *bodyReader) open() (io.ReadCloser, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.over {
-		return nil, errTooLongToReplay
-	}
-	return &bodyCursor{b: b}, nil
-}
-
-// failed is the error reading the caller's body, if any.
-func (b *bodyReader) failed() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if errors.Is(b.err, io.EOF) {
-		return nil
-	}
-	return b.err
-}
-
-// bodyCursor is one attempt's reader of the body.
-type bodyCursor struct {
-	b   *bodyReader
-	off int
-}
-
-func (c *bodyCursor) Read(p []byte) (int, error) {
-	n, err := c.b.readAt(p, c.off)
-	c.off += n
-	return n, err
-}
-
-// Close leaves the caller's body open: a transport closes the body of a
-// request it could not send, which is still to be sent again. The server
-// closes the caller's body when the handler returns.
-func (c *bodyCursor) Close() error { return nil }
-
-// callerBody makes req's body (if any) one that can be read again from its
-// start, through req.GetBody.
-func callerBody(req *http.Request) *bodyReader {
-	if req.Body == nil || req.Body == http.NoBody {
-		return nil
-	}
-	b := &bodyReader{src: req.Body}
-	if req.ContentLength > 0 && req.ContentLength <= MaxReplay {
-		b.kept = make([]byte, 0, req.ContentLength) // one allocation for the copy
-	}
-	req.Body, _ = b.open()
-	req.GetBody = b.open
-	return b
-}
-
-// rewind gives req its body from the start for the next candidate.
-func rewind(req *http.Request, body *bodyReader) error {
-	if body == nil {
-		return nil
-	}
-	rc, err := body.open()
-	if err != nil {
-		return err
-	}
-	req.Body = rc
-	return nil
 }
 
 type forwardError struct{ err error }
@@ -527,9 +372,7 @@ func (rs responder) Error(w http.ResponseWriter, r *http.Request, err error) {
 		return // the client left; nobody to answer
 	}
 	if ce := (*CallerError)(nil); errors.As(err, &ce) {
-		w.Header().Set(HeaderRoute, "rejected")
-		w.Header().Set(HeaderServer, "skewgate")
-		Error(w, r, apierrors.NewBadRequest(ce.Error()))
+		RefuseCaller(w, r, ce)
 		return
 	}
 	if !rs.show {
