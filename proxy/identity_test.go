@@ -153,7 +153,10 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 		t.Fatal(err)
 	}
 	upURL, _ := url.Parse(up.URL)
-	members, err := membership.New(membership.Config{Local: upURL, Trust: forward.Trust{PeerCA: upCA, ClientCert: proxyClient}})
+	// A probe's timeout long enough that a loaded machine (make test
+	// runs packages side by side) never fails one: FuzzRequest fails on
+	// any change of health, and only requests may be blamed there.
+	members, err := membership.New(membership.Config{Local: upURL, Trust: forward.Trust{PeerCA: upCA, ClientCert: proxyClient}, ProbeTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
