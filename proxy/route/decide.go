@@ -285,8 +285,9 @@ func covers(a, b []string) bool {
 // unservedLocally decides for a request no healthy or unhealthy peer's
 // current discovery lists: unavailable while a server may still serve it
 // (rule 5: it served it before it came back serving less, or a peer not
-// known yet may, for a type some member served within the grace),
-// otherwise the local server's genuine 404 (rule 6).
+// known yet may — for a type some member served within the grace, or for
+// any type while a peer was never read at all), otherwise the local
+// server's genuine 404 (rule 6).
 func unservedLocally(q question, t *Table) Decision {
 	var unknown, lost []Server
 	servedRecently := t.Served != nil && q.of(t.Served)
@@ -294,7 +295,10 @@ func unservedLocally(q question, t *Table) Decision {
 		switch {
 		case p.Lost != nil && q.of(p.Lost):
 			lost = append(lost, p)
-		case p.Unknown && p.ID != t.Local.ID && servedRecently:
+		case p.Unknown && p.ID != t.Local.ID && (servedRecently || p.Caps == nil):
+			// A peer never read at all (skewgate's first start, the peer
+			// unreachable since) may serve anything: no document says
+			// otherwise. One read before holds only what was served.
 			unknown = append(unknown, p)
 		}
 	}

@@ -195,12 +195,16 @@ func TestDecide(t *testing.T) {
 		{"departed within grace", workloads, table(oldCaps, departed), false, Unavailable, "5", []string{"c"}},
 		{"peer discovery unknown past the grace", workloads, table(oldCaps, peer("b", true, 0, nil)), false, Local, "6", []string{"a"}},
 		{"peer discovery not known yet, a member served it within the grace", workloads, withServed(newCaps, table(oldCaps, unknown)), false, Unavailable, "5", []string{"u"}},
-		{"peer discovery not known yet, nobody served it within the grace", workloads, withServed(oldCaps, table(oldCaps, unknown)), false, Local, "6", []string{"a"}},
-		{"peer discovery not known yet, nothing known served", workloads, table(oldCaps, unknown), false, Local, "6", []string{"a"}},
-		{"CRD-presence probe while a peer is not known", monitoring, withServed(newCaps, table(oldCaps, unknown)), false, Local, "6", []string{"a"}},
-		{"CRD-presence probe while a peer is away and another not known", monitoring, withServed(newCaps, table(oldCaps, restarting, unknown)), false, Local, "6", []string{"a"}},
-		{"group document never served, a peer not known", monitoringGroup, withServed(newCaps, table(oldCaps, unknown)), false, Local, "6", []string{"a"}},
-		{"group document served within the grace, a peer not known", workloadsGroup, withServed(newCaps, table(oldCaps, unknown)), false, Unavailable, "5", []string{"u"}},
+		{"peer read before, not re-read since, nobody served it within the grace", workloads, withServed(oldCaps, table(oldCaps, restarting)), false, Local, "6", []string{"a"}},
+		{"CRD-presence probe while a peer read before is not known", monitoring, withServed(newCaps, table(oldCaps, restarting)), false, Local, "6", []string{"a"}},
+		{"CRD-presence probe while a peer is departed and another read before not known", monitoring, withServed(newCaps, table(oldCaps, departed, restarting)), false, Local, "6", []string{"a"}},
+		{"group document never served, a peer read before not known", monitoringGroup, withServed(newCaps, table(oldCaps, restarting)), false, Local, "6", []string{"a"}},
+		// A peer never read at all (a first start, or a new apiserver
+		// joining, unreachable so far) may serve anything: a new node
+		// joining on the new version is how some upgrades go.
+		{"peer never read, nobody known to serve it", workloads, table(oldCaps, unknown), false, Unavailable, "5", []string{"u"}},
+		{"group document served within the grace, a peer read before not known", workloadsGroup, withServed(newCaps, table(oldCaps, restarting)), false, Unavailable, "5", []string{"r"}},
+		{"CRD-presence probe while a peer was never read", monitoring, withServed(newCaps, table(oldCaps, unknown)), false, Unavailable, "5", []string{"u"}},
 		{"CRD-presence probe while a peer rolled back", monitoring, withServed(newCaps, table(oldCaps, rolledBack)), false, Local, "6", []string{"a"}},
 		{"not known yet, another peer serves", workloads, table(oldCaps, unknown, peer("b", true, 0, newCaps)), false, Peer, "4", []string{"b"}},
 		{"not known yet, a peer down serves", workloads, table(oldCaps, unknown, peer("b", false, 0, newCaps)), false, Unavailable, "5", []string{"b"}},
