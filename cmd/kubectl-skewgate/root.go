@@ -115,6 +115,7 @@ func newRootCmd() *cobra.Command {
 		return nil
 	}
 	root.AddCommand(newStatusCmd(o), newRoutesCmd(o), newExplainCmd(o))
+	root.CompletionOptions.DisableDefaultCmd = true
 	usage(root)
 	return root
 }
@@ -142,4 +143,3 @@ func nodesFailed(what string, failed []string) error {
 	}
 	return exitError{exitFailed, fmt.Errorf("%s: no answer from %v", what, failed)}
 }
-

@@ -48,6 +48,9 @@ func (o Options) client(base string) (*http.Client, error) {
 		// client-go refuses a CA beside insecure.
 		c.CAFile, c.CAData = "", nil
 	}
+	// The admin listener authenticates the caller and does not impersonate:
+	// --as would be dropped, the caller's own rights applied.
+	c.Impersonate = rest.ImpersonationConfig{}
 	c.Timeout = o.timeout()
 	return rest.HTTPClientFor(c)
 }

@@ -56,6 +56,9 @@ func graceCell(g *Grace, now time.Time) string {
 		return "-"
 	}
 	s := fmt.Sprintf("%d types", g.Types)
+	if g.Types == 1 {
+		s = "1 type"
+	}
 	if g.Until != nil {
 		s += ", " + left(*g.Until, now) + " left"
 	}

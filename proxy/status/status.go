@@ -197,7 +197,11 @@ func problems(n *Node, v admin.RoutesView) []string {
 	for _, s := range v.Servers {
 		switch {
 		case s.Departed == nil && !s.Healthy:
-			out = append(out, fmt.Sprintf("apiserver %s unhealthy: %s", s.ID, orDash(s.LastError)))
+			p := "apiserver " + s.ID + " unhealthy"
+			if s.LastError != "" {
+				p += ": " + s.LastError
+			}
+			out = append(out, p)
 		case s.DiscoveryError != "":
 			out = append(out, fmt.Sprintf("apiserver %s discovery: %s", s.ID, s.DiscoveryError))
 		}

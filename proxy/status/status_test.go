@@ -70,7 +70,7 @@ func TestGather(t *testing.T) {
 		{Node: "node-a", Pod: "skewgate-a", URL: a.URL},
 		{Node: "node-b", Pod: "skewgate-b", URL: b.URL},
 		{Node: "node-c", Pod: "skewgate-c", URL: closedURL(t)},
-		{Node: "node-d", Pod: "skewgate-d", Err: errString("pod skewgate-d is Pending and has no host IP yet")},
+		{Node: "node-d", Pod: "skewgate-d", Err: errString("pod skewgate-d has no host IP yet (phase \"Pending\")")},
 	}
 	// Every httptest server has the same certificate: one CA for all.
 	c := status.Gather(context.Background(), targets, options(t, a))
@@ -81,7 +81,7 @@ func TestGather(t *testing.T) {
 		t.Errorf("degraded %v, want node-a (apiservers never probed)", got)
 	}
 	na, nb, nc := c.Nodes[0], c.Nodes[1], c.Nodes[2]
-	if !strings.Contains(nc.Error, "connection refused") || c.Nodes[3].Error != "pod skewgate-d is Pending and has no host IP yet" {
+	if !strings.Contains(nc.Error, "connection refused") || c.Nodes[3].Error != "pod skewgate-d has no host IP yet (phase \"Pending\")" {
 		t.Errorf("errors: %q, %q", nc.Error, c.Nodes[3].Error)
 	}
 	if na.Version != "v0.1.0-a" || na.Mode != "auto" || na.Steering != "standby" || na.Window == nil || na.Window.Open {
@@ -174,3 +174,44 @@ func TestVerifiesNodes(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// The table: a row per node with what it said, or "error"; the apiservers
+// as each node sees them; and why a node needs a look or a window is open.
+func TestPrintStatus(t *testing.T) {
+	until := time.Now().Add(9 * time.Minute).UTC().Truncate(time.Second)
+	a, b := twoNodes(t, until)
+	c := status.Gather(context.Background(), []status.Target{
+		{Node: "node-a", Pod: "skewgate-a", URL: a.URL}, {Node: "node-b", Pod: "skewgate-b", URL: b.URL},
+		{Node: "node-c", Pod: "skewgate-c", Err: errString("pod skewgate-c has no --secure-admin-address")},
+	}, options(t, a))
+	var out bytes.Buffer
+	status.PrintStatus(&out, c, until.Add(-5*time.Minute))
+	t.Logf("\n%s", out.String())
+	lines := strings.Split(out.String(), "\n")
+	for _, want := range [][]string{
+		{"NODE", "SKEWGATE", "MODE", "STEERING", "WINDOW", "GRACE", "TARGETS", "STEERED", "DIRECT", "APISERVERS", "STATUS"},
+		{"node-a", "v0.1.0-a", "auto", "standby", "closed", "-", "198.18.0.1:6443", "0", "40", "0/2 healthy", "degraded"},
+		{"node-b", "v0.1.0-b", "always", "steering", "open, 5m0s left", "1 type, 6m0s left", "198.18.0.2:6443,[fd00::2]:6443", "120", "6", "2/2 healthy", "ok"},
+		{"node-c", "-", "-", "-", "-", "-", "-", "-", "-", "-", "error"},
+		{"node-b", "198.18.0.2:6443", "true", "healthy"},
+		{"node-c: error: pod skewgate-c has no --secure-admin-address"},
+		{"node-a: degraded: apiserver 198.18.0.1:6443 unhealthy"},
+		{"node-b: window open until " + until.Format(time.RFC3339) + " unless they differ again: versions differ: v1.35.4, v1.36.3"},
+	} {
+		if !slices.ContainsFunc(lines, func(l string) bool { return hasInOrder(l, want) }) {
+			t.Errorf("no line with %q", want)
+		}
+	}
+}
+
+// hasInOrder reports whether l holds every cell, in order, apart.
+func hasInOrder(l string, cells []string) bool {
+	for _, c := range cells {
+		i := strings.Index(l, c)
+		if i < 0 {
+			return false
+		}
+		l = l[i+len(c):]
+	}
+	return true
+}

@@ -66,7 +66,7 @@ func target(pod *corev1.Pod, port int) Target {
 		port = p
 	}
 	if pod.Status.HostIP == "" {
-		t.Err = fmt.Errorf("pod %s is %s and has no host IP yet", pod.Name, pod.Status.Phase)
+		t.Err = fmt.Errorf("pod %s has no host IP yet (phase %q)", pod.Name, pod.Status.Phase)
 		return t
 	}
 	t.URL = "https://" + net.JoinHostPort(pod.Status.HostIP, strconv.Itoa(port))
