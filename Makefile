@@ -33,6 +33,7 @@ version:
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/skewgate ./cmd/skewgate
+	$(GO) build -o $(BIN)/kubectl-skewgate ./cmd/kubectl-skewgate
 	$(GO) build -o $(BIN)/skewlab ./cmd/skewlab
 
 # skewgate's OCI image archive, skewgate:$(VERSION): an image index for

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
@@ -107,34 +106,5 @@ current-context: x
 `, ca, user)
 	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// `skewgate routes` says which types the rollback grace holds, until
-// when, and what the cluster's override is.
-func TestRoutesShowsGrace(t *testing.T) {
-	until := time.Now().Add(3 * time.Minute).UTC().Truncate(time.Second)
-	override := until.Add(time.Hour)
-	v := admin.RoutesView{
-		Grace: []membership.GraceType{{GVR: schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "workloads"},
-			Until: until, Servers: []string{"198.18.0.1:6443"}, Why: []string{"came back serving less"}}},
-		GraceOverride: &override,
-	}
-	var out bytes.Buffer
-	printRoutes(&out, v, false)
-	for _, want := range []string{
-		"rollback-grace-until): " + override.Format(time.RFC3339),
-		"scheduling.k8s.io/v1alpha2/workloads",
-		until.Format(time.RFC3339),
-		"198.18.0.1:6443 (came back serving less)",
-	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("routes output lacks %q:\n%s", want, out.String())
-		}
-	}
-	out.Reset()
-	printRoutes(&out, admin.RoutesView{}, false)
-	if !strings.Contains(out.String(), "no type in rollback grace") {
-		t.Errorf("without a grace:\n%s", out.String())
 	}
 }

@@ -190,7 +190,7 @@ func run(ctx context.Context, o *runOptions) error {
 		return err
 	}
 	if err := serveAdmin(ctx, o, p, admin.Handler(p.Members, reg,
-		admin.Options{Extra: map[string]admin.Extra{"steering": node.Status}, Profiling: o.profiling}), log); err != nil {
+		admin.Options{Extra: map[string]admin.Extra{"steering": node.Status}, Profiling: o.profiling, Version: buildVersion().Version}), log); err != nil {
 		node.Listener().Close()
 		return err
 	}

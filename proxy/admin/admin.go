@@ -33,6 +33,8 @@ type Options struct {
 	Extra map[string]Extra
 	// Profiling serves /debug/pprof/.
 	Profiling bool
+	// Version is skewgate's own version, shown under /debug/routes.
+	Version string
 }
 
 // Handler serves the admin endpoints. /healthz, /livez and /readyz are
@@ -47,7 +49,11 @@ func Handler(m *membership.Members, gather prometheus.Gatherer, o Options) http.
 	healthz.InstallLivezHandler(mux, healthz.PingHealthz)
 	healthz.InstallReadyzHandler(mux, healthz.PingHealthz,
 		healthz.NamedCheck("discovery", func(*http.Request) error { return m.Ready() }))
-	mux.HandleFunc("/debug/routes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, Routes(m, o.Extra)) })
+	mux.HandleFunc("/debug/routes", func(w http.ResponseWriter, _ *http.Request) {
+		v := Routes(m, o.Extra)
+		v.Version = o.Version
+		writeJSON(w, v)
+	})
 	mux.HandleFunc("/debug/explain", func(w http.ResponseWriter, r *http.Request) { explain(w, r, m, o.Extra["steering"]) })
 	if o.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -95,6 +101,9 @@ type RouteView struct {
 
 // RoutesView is /debug/routes.
 type RoutesView struct {
+	// Version is skewgate's own version ("" from a skewgate before it
+	// said so).
+	Version string       `json:"version,omitempty"`
 	Local   string       `json:"local"`
 	Servers []ServerView `json:"servers"`
 	Routes  []RouteView  `json:"routes"`
@@ -102,8 +111,21 @@ type RoutesView struct {
 	// and until when.
 	Grace []membership.GraceType `json:"grace,omitempty"`
 	// GraceOverride is the cluster's rollback-grace-until, if set.
-	GraceOverride *time.Time     `json:"graceOverride,omitempty"`
-	Extra         map[string]any `json:"extra,omitempty"`
+	GraceOverride *time.Time `json:"graceOverride,omitempty"`
+	// Window is the skew window the members make, which mode auto steers
+	// during (nil from a skewgate before it said so).
+	Window *WindowView    `json:"window,omitempty"`
+	Extra  map[string]any `json:"extra,omitempty"`
+}
+
+// WindowView is the skew window in /debug/routes.
+type WindowView struct {
+	Open bool `json:"open"`
+	// Reason says which members differ, or differed last while closed.
+	Reason string `json:"reason,omitempty"`
+	// Until is when an open window closes if the members keep agreeing;
+	// absent while they differ.
+	Until *time.Time `json:"until,omitempty"`
 }
 
 // Routes describes every server and the decision for every resource any
@@ -148,6 +170,11 @@ func Routes(m *membership.Members, extra map[string]Extra) RoutesView {
 		v.Routes = append(v.Routes, RouteView{Resource: gvrString(gvr), Route: string(d.Route), Servers: d.Servers, Rule: d.Rule})
 	}
 	v.Grace = m.InGrace()
+	w := m.Window()
+	v.Window = &WindowView{Open: w.Open, Reason: w.Reason}
+	if !w.Until.IsZero() {
+		v.Window.Until = &w.Until
+	}
 	if until, ok := m.GraceUntil(); ok {
 		v.GraceOverride = &until
 	}

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -72,5 +73,24 @@ func TestExplainShowsSteering(t *testing.T) {
 		if tc.extra != nil && !strings.Contains(body, `"mode": "auto"`) {
 			t.Errorf("explain does not show the steering state: %s", body)
 		}
+	}
+}
+
+// /debug/routes says which skewgate answers and the skew window as fields,
+// for kubectl skewgate.
+func TestRoutesShowVersionAndWindow(t *testing.T) {
+	m, err := membership.New(membership.Config{Local: &url.URL{Scheme: "https", Host: "127.0.0.1:1"},
+		UpgradeSignal: func() (bool, string) { return true, "node-a's manifest names v1.36.3" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	Handler(m, prometheus.NewRegistry(), Options{Version: "v9.9.9"}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/routes", nil))
+	var v RoutesView
+	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Version != "v9.9.9" || v.Window == nil || !v.Window.Open || !strings.Contains(v.Window.Reason, "v1.36.3") || v.Window.Until != nil {
+		t.Errorf("/debug/routes: version %q, window %+v; want v9.9.9 and open while the upgrade signal lasts\n%s", v.Version, v.Window, rec.Body.String())
 	}
 }

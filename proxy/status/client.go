@@ -1,0 +1,127 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// Options say how every node's admin listener is reached.
+type Options struct {
+	// Config is the operator's (a kubeconfig's): its credentials (token,
+	// client certificate, exec plugin) are presented to every node and its
+	// CA verifies each node's certificate. Its Host is not used.
+	Config *rest.Config
+	// ServerName verifies each node's certificate by this name; empty: by
+	// the node's IP, which kubeadm's apiserver certificate, the one skewgate
+	// serves, carries.
+	ServerName string
+	// Insecure skips the verification of nodes' certificates. Only this
+	// field turns it on: a kubeconfig's insecure-skip-tls-verify is for its
+	// apiserver, not for the nodes.
+	Insecure bool
+	// Timeout bounds each node's answer (zero: 10 s).
+	Timeout time.Duration
+}
+
+// maxParallel is how many nodes are asked at once.
+const maxParallel = 8
+
+// client reaches the admin listener at base (https://ip:port) as the
+// operator.
+func (o Options) client(base string) (*http.Client, error) {
+	if o.Config == nil {
+		return nil, fmt.Errorf("no credentials to reach %s", base)
+	}
+	c := rest.CopyConfig(o.Config)
+	c.Host, c.APIPath = base, ""
+	c.ServerName = o.ServerName
+	c.Insecure = o.Insecure
+	if o.Insecure {
+		// client-go refuses a CA beside insecure.
+		c.CAFile, c.CAData = "", nil
+	}
+	// The admin listener authenticates the caller and does not impersonate:
+	// --as would be dropped, the caller's own rights applied.
+	c.Impersonate = rest.ImpersonationConfig{}
+	c.Timeout = o.timeout()
+	return rest.HTTPClientFor(c)
+}
+
+func (o Options) timeout() time.Duration {
+	if o.Timeout <= 0 {
+		return 10 * time.Second
+	}
+	return o.Timeout
+}
+
+// each calls f for every target that has an address, at most maxParallel
+// at once, with a client for it; results are in the targets' order. A
+// target without an address, or whose client cannot be built, gets fail.
+func each[T any](ctx context.Context, targets []Target, o Options, f func(context.Context, *http.Client, Target) T, fail func(Target, error) T) []T {
+	out := make([]T, len(targets))
+	sem := make(chan struct{}, maxParallel)
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		if t.Err != nil {
+			out[i] = fail(t, t.Err)
+			continue
+		}
+		c, err := o.client(t.URL)
+		if err != nil {
+			out[i] = fail(t, err)
+			continue
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(ctx, o.timeout())
+			defer cancel()
+			out[i] = f(ctx, c, t)
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// Get reads the JSON at u into v. A non-200 answer is an error with its
+// status and body, so the operator sees what the node said (a 403 names
+// the user and path RBAC refused).
+func Get(ctx context.Context, c *http.Client, u string, v any) error {
+	body, err := get(ctx, c, u, "application/json")
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("%s: %w", u, err)
+	}
+	return nil
+}
+
+func get(ctx context.Context, c *http.Client, u, accept string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", accept)
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}

@@ -1,0 +1,217 @@
+package status_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"net"
+	"net/http/httptest"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
+
+	"github.com/skewgate/skewgate/proxy/admin"
+	"github.com/skewgate/skewgate/proxy/membership"
+	"github.com/skewgate/skewgate/proxy/status"
+	"github.com/skewgate/skewgate/proxy/status/statustest"
+)
+
+// Two nodes as an upgrade sees them: node-a's membership never probed its
+// apiservers (unhealthy: degraded) and its steering is on standby; node-b
+// is well, steering, in an open window with a type in rollback grace.
+func twoNodes(t *testing.T, until time.Time) (a, b *httptest.Server) {
+	a = statustest.Serve(t, statustest.Node{
+		Local: "198.18.0.1:6443", Peer: "198.18.0.2:6443", Version: "v0.1.0-a",
+		Steering: map[string]string{"steering": "steering standby: mode auto: no skew window", "mode": "auto",
+			"window": "closed: no upgrade under way", "targets": "[198.18.0.1:6443]"},
+		State: "standby", Lookups: map[string]float64{"lease_expired": 40, "not_target": 900},
+	})
+	b = statustest.Serve(t, statustest.Node{
+		Local: "198.18.0.2:6443", Peer: "198.18.0.1:6443", Version: "v0.1.0-b",
+		Steering: map[string]string{"steering": "steering on (lease 1.5s): mode auto: skew window open", "mode": "always",
+			"targets": "[198.18.0.2:6443 [fd00::2]:6443]"},
+		State:   "steering",
+		Lookups: map[string]float64{"steered": 120, "lease_expired": 3, "off": 1, "exempt": 2, "not_target": 5000},
+		Healthy: true,
+		Window:  &admin.WindowView{Open: true, Reason: "versions differ: v1.35.4, v1.36.3", Until: &until},
+		Grace:   []membership.GraceType{statustest.Workloads(until.Add(time.Minute), "198.18.0.1:6443")},
+	})
+	return a, b
+}
+
+// options is the operator's config for servers: their CA and the token.
+func options(t *testing.T, srv *httptest.Server) status.Options {
+	t.Helper()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	return status.Options{Config: &rest.Config{BearerToken: statustest.Token, TLSClientConfig: rest.TLSClientConfig{CAData: ca}}, Timeout: 5 * time.Second}
+}
+
+// closedURL is an address nothing listens on.
+func closedURL(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "https://" + ln.Addr().String()
+	ln.Close()
+	return u
+}
+
+func TestGather(t *testing.T) {
+	until := time.Now().Add(9 * time.Minute).UTC().Truncate(time.Second)
+	a, b := twoNodes(t, until)
+	targets := []status.Target{
+		{Node: "node-a", Pod: "skewgate-a", URL: a.URL},
+		{Node: "node-b", Pod: "skewgate-b", URL: b.URL},
+		{Node: "node-c", Pod: "skewgate-c", URL: closedURL(t)},
+		{Node: "node-d", Pod: "skewgate-d", Err: errString("pod skewgate-d has no host IP yet (phase \"Pending\")")},
+	}
+	// Every httptest server has the same certificate: one CA for all.
+	c := status.Gather(context.Background(), targets, options(t, a))
+	if got := c.Failed(); !slices.Equal(got, []string{"node-c", "node-d"}) {
+		t.Errorf("failed %v, want node-c (nothing listens) and node-d (no address)", got)
+	}
+	if got := c.Degraded(); !slices.Equal(got, []string{"node-a"}) {
+		t.Errorf("degraded %v, want node-a (apiservers never probed)", got)
+	}
+	na, nb, nc := c.Nodes[0], c.Nodes[1], c.Nodes[2]
+	if !strings.Contains(nc.Error, "connection refused") || c.Nodes[3].Error != "pod skewgate-d has no host IP yet (phase \"Pending\")" {
+		t.Errorf("errors: %q, %q", nc.Error, c.Nodes[3].Error)
+	}
+	if na.Version != "v0.1.0-a" || na.Mode != "auto" || na.Steering != "standby" || na.Window == nil || na.Window.Open {
+		t.Errorf("node-a: %+v", na)
+	}
+	if na.Connections == nil || na.Connections.Steered != 0 || na.Connections.Direct != 40 {
+		t.Errorf("node-a connections %+v, want 0 steered, 40 direct (lease expired: standby)", na.Connections)
+	}
+	if len(na.Problems) != 2 || !strings.Contains(na.Problems[0], "apiserver 198.18.0.1:6443 unhealthy") {
+		t.Errorf("node-a problems %q, want both apiservers unhealthy", na.Problems)
+	}
+	if nb.Version != "v0.1.0-b" || nb.Mode != "always" || nb.Steering != "steering" || len(nb.Problems) != 0 {
+		t.Errorf("node-b: %+v", nb)
+	}
+	if !slices.Equal(nb.Targets, []string{"198.18.0.2:6443", "[fd00::2]:6443"}) {
+		t.Errorf("node-b targets %q", nb.Targets)
+	}
+	want := &status.Connections{Steered: 120, Direct: 6, ByReason: map[string]uint64{"steered": 120, "lease_expired": 3, "off": 1, "exempt": 2}}
+	if !reflect.DeepEqual(nb.Connections, want) {
+		t.Errorf("node-b connections %+v, want %+v (not_target is no connection to a target)", nb.Connections, want)
+	}
+	if w := nb.Window; w == nil || !w.Open || w.Until == nil || !w.Until.Equal(until) || !strings.Contains(w.Reason, "versions differ") {
+		t.Errorf("node-b window %+v", w)
+	}
+	if g := nb.Grace; g == nil || g.Types != 1 || !g.Until.Equal(until.Add(time.Minute)) {
+		t.Errorf("node-b grace %+v", g)
+	}
+	if len(nb.Servers) != 2 || nb.Servers[0].State != "healthy" || !nb.Servers[0].Local && !nb.Servers[1].Local {
+		t.Errorf("node-b servers %+v", nb.Servers)
+	}
+}
+
+// The JSON of -o json reads back as the same status.
+func TestJSONRoundTrips(t *testing.T) {
+	until := time.Now().Add(9 * time.Minute).UTC().Truncate(time.Second)
+	a, b := twoNodes(t, until)
+	c := status.Gather(context.Background(), []status.Target{
+		{Node: "node-a", Pod: "skewgate-a", URL: a.URL}, {Node: "node-b", Pod: "skewgate-b", URL: b.URL},
+		{Node: "node-c", Pod: "skewgate-c", URL: closedURL(t)},
+	}, options(t, a))
+	var buf bytes.Buffer
+	if err := status.WriteJSON(&buf, c); err != nil {
+		t.Fatal(err)
+	}
+	var back status.Cluster
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, c) {
+		t.Errorf("round trip differs:\n%s\nread back as\n%+v", buf.String(), back)
+	}
+	for _, key := range []string{`"steered": 120`, `"direct": 6`, `"open": true`, `"mode": "always"`, `"state": "healthy"`, `"error": "Get `} {
+		if !strings.Contains(buf.String(), key) {
+			t.Errorf("JSON lacks %s:\n%s", key, buf.String())
+		}
+	}
+}
+
+// A node's certificate is verified by the kubeconfig's CA and the node's
+// IP, or the name asked for; only Insecure skips that.
+func TestVerifiesNodes(t *testing.T) {
+	until := time.Now().Add(time.Minute)
+	a, _ := twoNodes(t, until)
+	targets := []status.Target{{Node: "node-a", URL: a.URL}}
+	otherCA, _, err := certutil.GenerateSelfSignedCertKey("other", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*status.Options)
+		want string
+	}{
+		{"by the node's IP", func(*status.Options) {}, ""},
+		{"by a name the certificate has", func(o *status.Options) { o.ServerName = "example.com" }, ""},
+		{"by a name it lacks", func(o *status.Options) { o.ServerName = "kubernetes" }, "certificate is valid for"},
+		{"without the token", func(o *status.Options) { o.Config.BearerToken = "" }, "401"},
+		{"by another CA", func(o *status.Options) { o.Config.CAData = otherCA }, "certificate signed by unknown authority"},
+		{"insecure, by another CA", func(o *status.Options) { o.Config.CAData, o.Insecure = otherCA, true }, ""},
+	} {
+		o := options(t, a)
+		tc.edit(&o)
+		n := status.Gather(context.Background(), targets, o).Nodes[0]
+		if tc.want == "" && n.Error != "" || tc.want != "" && !strings.Contains(n.Error, tc.want) {
+			t.Errorf("%s: error %q, want %q", tc.name, n.Error, tc.want)
+		}
+	}
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+// The table: a row per node with what it said, or "error"; the apiservers
+// as each node sees them; and why a node needs a look or a window is open.
+func TestPrintStatus(t *testing.T) {
+	until := time.Now().Add(9 * time.Minute).UTC().Truncate(time.Second)
+	a, b := twoNodes(t, until)
+	c := status.Gather(context.Background(), []status.Target{
+		{Node: "node-a", Pod: "skewgate-a", URL: a.URL}, {Node: "node-b", Pod: "skewgate-b", URL: b.URL},
+		{Node: "node-c", Pod: "skewgate-c", Err: errString("pod skewgate-c has no --secure-admin-address")},
+	}, options(t, a))
+	var out bytes.Buffer
+	status.PrintStatus(&out, c, until.Add(-5*time.Minute))
+	t.Logf("\n%s", out.String())
+	lines := strings.Split(out.String(), "\n")
+	for _, want := range [][]string{
+		{"NODE", "SKEWGATE", "MODE", "STEERING", "WINDOW", "GRACE", "TARGETS", "STEERED", "DIRECT", "APISERVERS", "STATUS"},
+		{"node-a", "v0.1.0-a", "auto", "standby", "closed", "-", "198.18.0.1:6443", "0", "40", "0/2 healthy", "degraded"},
+		{"node-b", "v0.1.0-b", "always", "steering", "open, 5m0s left", "1 type, 6m0s left", "198.18.0.2:6443,[fd00::2]:6443", "120", "6", "2/2 healthy", "ok"},
+		{"node-c", "-", "-", "-", "-", "-", "-", "-", "-", "-", "error"},
+		{"node-b", "198.18.0.2:6443", "true", "healthy"},
+		{"node-c: error: pod skewgate-c has no --secure-admin-address"},
+		{"node-a: degraded: apiserver 198.18.0.1:6443 unhealthy"},
+		{"node-b: window open until " + until.Format(time.RFC3339) + " unless they differ again: versions differ: v1.35.4, v1.36.3"},
+	} {
+		if !slices.ContainsFunc(lines, func(l string) bool { return hasInOrder(l, want) }) {
+			t.Errorf("no line with %q", want)
+		}
+	}
+}
+
+// hasInOrder reports whether l holds every cell, in order, apart.
+func hasInOrder(l string, cells []string) bool {
+	for _, c := range cells {
+		i := strings.Index(l, c)
+		if i < 0 {
+			return false
+		}
+		l = l[i+len(c):]
+	}
+	return true
+}
