@@ -102,8 +102,11 @@ type RoutesView struct {
 	// and until when.
 	Grace []membership.GraceType `json:"grace,omitempty"`
 	// GraceOverride is the cluster's rollback-grace-until, if set.
-	GraceOverride *time.Time     `json:"graceOverride,omitempty"`
-	Extra         map[string]any `json:"extra,omitempty"`
+	GraceOverride *time.Time `json:"graceOverride,omitempty"`
+	// StateFile is how the state file's last write went (absent: no
+	// state file is kept).
+	StateFile *membership.StateFileStatus `json:"stateFile,omitempty"`
+	Extra     map[string]any              `json:"extra,omitempty"`
 }
 
 // Routes describes every server and the decision for every resource any
@@ -150,6 +153,9 @@ func Routes(m *membership.Members, extra map[string]Extra) RoutesView {
 	v.Grace = m.InGrace()
 	if until, ok := m.GraceUntil(); ok {
 		v.GraceOverride = &until
+	}
+	if sf, ok := m.StateFile(); ok {
+		v.StateFile = &sf
 	}
 	for k, f := range extra {
 		v.Extra[k] = f()
