@@ -31,10 +31,10 @@ var ErrUnknownVersion = errors.New("unknown version")
 type Builtin struct {
 	// Minor is the version asked for, as "v1.35".
 	Minor string
-	// RecordedFrom is the build the list was recorded from, e.g. "v1.35.4"
-	// with the lab's flags.
-	RecordedFrom string
-	types        map[schema.GroupVersionResource]bool
+	// RecordedFrom is the build the list was recorded from, e.g.
+	// "v1.35.4", and Recording how that server ran (its flags).
+	RecordedFrom, Recording string
+	types                   map[schema.GroupVersionResource]bool
 }
 
 // BuiltinTypes returns the built-in types of version ("v1.35.4", "1.35",
@@ -95,7 +95,8 @@ func parseBuiltin(minor, text string) (*Builtin, error) {
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if from, ok := strings.CutPrefix(line, "# recorded from "); ok && b.RecordedFrom == "" {
-			b.RecordedFrom = from
+			build, how, _ := strings.Cut(from, " ")
+			b.RecordedFrom, b.Recording = build, strings.TrimSuffix(strings.TrimPrefix(how, "("), ")")
 		}
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue

@@ -80,7 +80,7 @@ func TestBuiltinTypes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", v, err)
 		}
-		if b.Minor != "v1.35" || b.RecordedFrom == "" || !strings.HasPrefix(b.RecordedFrom, "v1.35.4 ") {
+		if b.Minor != "v1.35" || b.RecordedFrom == "" || b.RecordedFrom != "v1.35.4" || !strings.Contains(b.Recording, "default flags") {
 			t.Errorf("%s: minor %q recorded from %q", v, b.Minor, b.RecordedFrom)
 		}
 		if !b.Serves(pods) || b.Serves(workloads) {
@@ -96,7 +96,7 @@ func TestBuiltinTypes(t *testing.T) {
 	}
 	for _, v := range []string{"v1.34.2", "v2", "latest", "v1.35.4-rc.1", ""} {
 		_, err := BuiltinTypes(v)
-		if !errors.Is(err, ErrUnknownVersion) || !strings.Contains(err.Error(), "v1.35 (recorded from v1.35.4") {
+		if !errors.Is(err, ErrUnknownVersion) || !strings.Contains(err.Error(), "v1.35 (recorded from v1.35.4), v1.36 (recorded from v1.36.3)") {
 			t.Errorf("%q: %v; want ErrUnknownVersion naming the known versions", v, err)
 		}
 	}

@@ -12,7 +12,8 @@ import (
 
 // WriteTable prints the plan for people.
 func (p *RollbackPlan) WriteTable(out io.Writer) {
-	fmt.Fprintf(out, "Rollback to %s (built-in types recorded from %s)\ncluster types read from %s\nrequests: %s\n\n", p.To, p.TargetFrom, p.Discovery, p.Usage)
+	fmt.Fprintf(out, "Rollback to %s (built-in types recorded from %s: %s; a type it serves only with other --runtime-config or feature gates shows as lacking)\ncluster types read from %s\nrequests: %s\n\n",
+		p.To, p.TargetFrom, p.TargetRun, p.Discovery, p.Usage)
 	if len(p.Lacking) == 0 {
 		fmt.Fprintf(out, "%s serves every built-in type the cluster serves now: the rollback takes no type away.\n", p.To)
 	} else {

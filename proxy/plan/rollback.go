@@ -16,9 +16,10 @@ import (
 // hits.
 type RollbackPlan struct {
 	// To is the target minor version, TargetFrom the recorded build its
-	// built-in types come from.
+	// built-in types come from and how that server ran.
 	To         string `json:"to"`
 	TargetFrom string `json:"targetRecordedFrom"`
+	TargetRun  string `json:"targetRecording"`
 	// Discovery says how the cluster's types were read.
 	Discovery string `json:"discovery"`
 	// Lacking are the built-in types the cluster serves now and the
@@ -90,7 +91,7 @@ func Rollback(ctx context.Context, c *Cluster, target *Builtin, usage Usage) (*R
 	if err != nil {
 		return nil, err
 	}
-	p := &RollbackPlan{To: target.Minor, TargetFrom: target.RecordedFrom, Discovery: served.Via, Usage: "unknown", Lacking: []LackingType{}, Namespaces: []NamespaceRisk{}}
+	p := &RollbackPlan{To: target.Minor, TargetFrom: target.RecordedFrom, TargetRun: target.Recording, Discovery: served.Via, Usage: "unknown", Lacking: []LackingType{}, Namespaces: []NamespaceRisk{}}
 	if usage != nil {
 		p.Usage = usage.Source()
 	}

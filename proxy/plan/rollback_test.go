@@ -179,7 +179,7 @@ func TestRollbackPlan(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("lacking = %v\nwant %v", got, want)
 	}
-	if !strings.HasPrefix(p.Discovery, "skewgate's merged") || p.To != "v1.35" || !strings.HasPrefix(p.TargetFrom, "v1.35.4") {
+	if !strings.HasPrefix(p.Discovery, "skewgate's merged") || p.To != "v1.35" || p.TargetFrom != "v1.35.4" {
 		t.Errorf("plan header: %q %q %q", p.To, p.TargetFrom, p.Discovery)
 	}
 	mut, wl := p.Lacking[0], p.Lacking[3]

@@ -94,8 +94,12 @@ func (r *requestCounts) addText(body []byte) error {
 const usageWindow = "15m"
 
 // PrometheusUsage asks Prometheus at base for each type's request rate
-// over the last 15 minutes, summed over the nodes.
+// over the last 15 minutes, summed over the nodes; c nil is
+// http.DefaultClient.
 func PrometheusUsage(ctx context.Context, c *http.Client, base string) (Usage, error) {
+	if c == nil {
+		c = http.DefaultClient
+	}
 	q := fmt.Sprintf("sum by (group, version, resource, verb) (rate(%s[%s]))", requestsMetric, usageWindow)
 	samples, err := promQuery(ctx, c, base, q)
 	if err != nil {
