@@ -16,7 +16,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate(versionText())
-	root.AddCommand(newRunCmd(), newRoutesCmd(), newExplainCmd(), newSteerCmd(), newUninstallCmd(), newManifestCmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newRoutesCmd(), newExplainCmd(), newSteerCmd(), newUninstallCmd(), newManifestCmd(), newVersionCmd(), newRollbackPlanCmd(), newPreflightCmd())
 	strict(root)
 	return root
 }

@@ -53,7 +53,7 @@ func TestREADMEFlagsExist(t *testing.T) {
 		t.Errorf("README.md names %s, which no skewgate command has", n)
 	}
 	docs := string(readme)
-	for _, d := range []string{"../../docs/deploy.md", "../../docs/bpf.md", "../../docs/security.md", "../../docs/operations.md", "../../docs/routing.md", "../../docs/steering-modes.md"} {
+	for _, d := range []string{"../../docs/deploy.md", "../../docs/bpf.md", "../../docs/security.md", "../../docs/operations.md", "../../docs/routing.md", "../../docs/steering-modes.md", "../../docs/runbook.md"} {
 		b, err := os.ReadFile(d)
 		if err != nil {
 			t.Fatal(err)

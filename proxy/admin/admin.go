@@ -114,8 +114,11 @@ type RoutesView struct {
 	GraceOverride *time.Time `json:"graceOverride,omitempty"`
 	// Window is the skew window the members make, which mode auto steers
 	// during (nil from a skewgate before it said so).
-	Window *WindowView    `json:"window,omitempty"`
-	Extra  map[string]any `json:"extra,omitempty"`
+	Window *WindowView `json:"window,omitempty"`
+	// StateFile is how the state file's last write went (absent: no
+	// state file is kept).
+	StateFile *membership.StateFileStatus `json:"stateFile,omitempty"`
+	Extra     map[string]any              `json:"extra,omitempty"`
 }
 
 // WindowView is the skew window in /debug/routes.
@@ -177,6 +180,9 @@ func Routes(m *membership.Members, extra map[string]Extra) RoutesView {
 	}
 	if until, ok := m.GraceUntil(); ok {
 		v.GraceOverride = &until
+	}
+	if sf, ok := m.StateFile(); ok {
+		v.StateFile = &sf
 	}
 	for k, f := range extra {
 		v.Extra[k] = f()

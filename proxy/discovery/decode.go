@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"mime"
 
@@ -127,4 +128,26 @@ func validateResources(resources []apidiscoveryv2.APIResourceDiscovery) error {
 		seen[r.Resource] = true
 	}
 	return nil
+}
+
+// ErrNotAggregated is returned (wrapped) by Decode for an answer in legacy
+// discovery, which lists group-versions but not their resources.
+var ErrNotAggregated = errors.New("not aggregated discovery")
+
+// Decode reads an aggregated discovery answer of path ("/api" or "/apis"),
+// v2 or v2beta1 as contentType says, checked as a fetched document is: the
+// reader's side of what a server, or skewgate's merged view, answered.
+func Decode(path, contentType string, body []byte) ([]apidiscoveryv2.APIGroupDiscovery, error) {
+	format, err := formatOf(contentType)
+	if err != nil {
+		return nil, err
+	}
+	if format == FormatLegacy {
+		return nil, fmt.Errorf("%s: %w", path, ErrNotAggregated)
+	}
+	items, err := decodeAggregated(format, body)
+	if err != nil {
+		return nil, err
+	}
+	return items, validate(path, items)
 }

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -130,5 +131,25 @@ func TestDecodeAggregatedChecksVersion(t *testing.T) {
 		if tc.ok && len(items) < 10 {
 			t.Errorf("%s as %s: %d groups", tc.file, tc.format, len(items))
 		}
+	}
+}
+
+// TestDecode: the exported reader takes a recorded v2 answer by its
+// Content-Type, refuses legacy discovery (no resources) and a document
+// whose groups belong to the other endpoint.
+func TestDecode(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "v1.36.3-apis-v2.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	items, err := Decode("/apis", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList", data)
+	if err != nil || len(items) != 20 {
+		t.Fatalf("Decode v2 = %d groups, %v; want 20", len(items), err)
+	}
+	if _, err := Decode("/apis", "application/json", data); !errors.Is(err, ErrNotAggregated) {
+		t.Errorf("legacy content type: %v, want ErrNotAggregated", err)
+	}
+	if _, err := Decode("/api", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList", data); err == nil {
+		t.Error("named groups accepted as /api")
 	}
 }

@@ -106,8 +106,9 @@ type Members struct {
 	kicks   map[string]chan struct{}
 	ctx     context.Context
 
-	saveMu sync.Mutex
-	saved  []byte // what SaveState last wrote
+	saveMu    sync.Mutex
+	saved     []byte          // what SaveState last wrote
+	stateFile StateFileStatus // how the last write went
 
 	skew skewWatch
 	// graceUntil is the cluster's override of every grace's end (nil:

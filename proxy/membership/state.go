@@ -88,11 +88,34 @@ func (m *Members) SaveState(path string) error {
 	if bytes.Equal(data, m.saved) {
 		return nil
 	}
+	m.stateFile.Path = path
 	if err := writeAtomic(path, data); err != nil {
+		m.stateFile.Error = err.Error()
 		return fmt.Errorf("state file %s: %w", path, err)
 	}
 	m.saved = data
+	m.stateFile.Saved, m.stateFile.Error = m.now(), ""
 	return nil
+}
+
+// StateFileStatus is how the state file's last write went: what preflight
+// reads before an upgrade, since a grace the file cannot keep lapses on the
+// next restart of skewgate.
+type StateFileStatus struct {
+	Path string `json:"path"`
+	// Saved is when it was last written (zero: not yet; it is written
+	// when its content changes, the first time within 10 s of the start).
+	Saved time.Time `json:"saved,omitzero"`
+	// Error is why the last write failed ("": it did not).
+	Error string `json:"error,omitempty"`
+}
+
+// StateFile returns how the state file's last write went; ok is false
+// when skewgate keeps no state file.
+func (m *Members) StateFile() (st StateFileStatus, ok bool) {
+	m.saveMu.Lock()
+	defer m.saveMu.Unlock()
+	return m.stateFile, m.stateFile.Path != ""
 }
 
 func writeAtomic(path string, data []byte) error {
@@ -197,6 +220,9 @@ func (m *Members) restore(servers []savedServer, now time.Time) int {
 // cannot be read or written costs only the restart protection: a warning,
 // never a failure.
 func (m *Members) KeepState(ctx context.Context, path string, log *slog.Logger) {
+	m.saveMu.Lock()
+	m.stateFile.Path = path
+	m.saveMu.Unlock()
 	if n, err := m.Restore(path); err != nil {
 		log.Warn("state file not restored", "err", err)
 	} else if n > 0 {

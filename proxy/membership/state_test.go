@@ -356,3 +356,42 @@ func gather(t *testing.T, c prometheus.Collector) string {
 	}
 	return b.String()
 }
+
+// TestStateFileStatus: the state file's last write is reported, a failed
+// one with its error (a path under a regular file cannot be created),
+// and a later good write clears it — what preflight reads per node.
+func TestStateFileStatus(t *testing.T) {
+	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
+	m, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u("10.0.0.2:6443")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.StateFile(); ok {
+		t.Fatal("StateFile reports a file before any was named")
+	}
+	doc := workloadsDoc()
+	doc.APIs.Items[0].Name = "scheduling.k8s.io"
+	m.servers["10.0.0.2:6443"].observe(time.Millisecond, nil, time.Now())
+	m.store.Record("10.0.0.2:6443", doc, nil)
+
+	dir := t.TempDir()
+	blocker := filepath.Join(dir, "file")
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(blocker, "state.json")
+	if err := m.SaveState(bad); err == nil {
+		t.Fatal("SaveState under a regular file succeeded")
+	}
+	st, ok := m.StateFile()
+	if !ok || st.Path != bad || st.Error == "" || !st.Saved.IsZero() {
+		t.Fatalf("after a failed write: %+v, %v", st, ok)
+	}
+	good := filepath.Join(dir, "state.json")
+	if err := m.SaveState(good); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ = m.StateFile(); st.Path != good || st.Error != "" || st.Saved.IsZero() {
+		t.Fatalf("after a good write: %+v", st)
+	}
+}

@@ -51,6 +51,8 @@ func TestKubeadm(t *testing.T) {
 		waitSteering(t, true, 30*time.Second)
 		t.Logf("kube-system/skewgate steering=always: steering on every node after %s", time.Since(armed).Round(time.Millisecond))
 		want(t, b, http.StatusNotFound, "local", "before the upgrade (nobody serves it: the genuine 404)")
+		// The runbook's step 0, on the armed cluster.
+		preflight(t)
 	})
 	if t.Failed() {
 		t.FailNow()
@@ -83,6 +85,7 @@ func TestKubeadm(t *testing.T) {
 		pins := "--pin-path=" + lab.KubeletPinPath(b)
 		wantEventually(t, b, http.StatusOK, "peer", "through old node-b's address", time.Minute)
 		want(t, a, http.StatusOK, "local", "through node-a's address")
+		rollbackPlan(t)
 		t.Logf("steer off: %s", labtest.RunSkewgate(t, skewgateBin, "steer", "off", pins))
 		want(t, b, http.StatusNotFound, "", "steering off on node-b (the false 404)")
 		t.Logf("steer on: %s", labtest.RunSkewgate(t, skewgateBin, "steer", "on", pins))

@@ -1,0 +1,223 @@
+package plan
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/skewgate/skewgate/proxy/admin"
+	"github.com/skewgate/skewgate/proxy/membership"
+)
+
+// routesServer is a node's admin listener answering /debug/routes with v.
+func routesServer(t *testing.T, v admin.RoutesView) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/debug/routes" {
+			http.NotFound(w, r)
+			return
+		}
+		json.NewEncoder(w).Encode(v)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// nodeView is /debug/routes as agent.Node.Status and membership fill it.
+func nodeView(steering string, targets []netip.AddrPort, sf *membership.StateFileStatus) admin.RoutesView {
+	st := map[string]string{"steering": steering, "mode": "auto", "window": "closed: no upgrade under way"}
+	if targets != nil {
+		st["targets"] = fmt.Sprint(targets) // as agent.Node.Status writes them
+	}
+	return admin.RoutesView{
+		Local: "127.0.0.1:6443",
+		Servers: []admin.ServerView{
+			{Status: membership.Status{ID: "127.0.0.1:6443", Local: true, Healthy: true, Version: "v1.35.4"}},
+			{Status: membership.Status{ID: "198.18.0.2:6443", Healthy: true, Version: "v1.35.4"}},
+		},
+		StateFile: sf,
+		Extra:     map[string]any{"steering": st},
+	}
+}
+
+func kubeadmCluster(t *testing.T, endpoint string, monitors ...runtime.Object) *Cluster {
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "kubernetes", Namespace: "default", Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"198.18.0.2"}}, {Addresses: []string{"198.18.0.1"}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To[int32](6443)}},
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm-config", Namespace: "kube-system"},
+		Data: map[string]string{"ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\ncontrolPlaneEndpoint: " + endpoint + "\nkubernetesVersion: v1.35.4\n"}}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{serviceMonitorsGVR: "ServiceMonitorList"}, monitors...)
+	return &Cluster{Kube: fake.NewClientset(slice, cm), Dynamic: dyn, Admin: http.DefaultClient}
+}
+
+func serviceMonitor() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+		"metadata": map[string]any{"name": "skewgate", "namespace": "kube-system", "labels": map[string]any{"app.kubernetes.io/name": "skewgate"}},
+	}}
+}
+
+// promServer answers the up query with one sample per instance.
+func promServer(t *testing.T, up map[string]int) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/query" || r.URL.Query().Get("query") != `up{job=~".*skewgate.*"}` {
+			http.Error(w, "unexpected query "+r.URL.String(), http.StatusBadRequest)
+			return
+		}
+		var result []string
+		for inst, v := range up {
+			result = append(result, fmt.Sprintf(`{"metric":{"__name__":"up","job":"skewgate","instance":%q},"value":[1700000000.0,"%d"]}`, inst, v))
+		}
+		fmt.Fprintf(w, `{"status":"success","data":{"resultType":"vector","result":[%s]}}`, strings.Join(result, ","))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func verdicts(checks []Check) map[string]Result {
+	out := map[string]Result{}
+	for _, c := range checks {
+		out[c.Node+"/"+c.Name] = c.Result
+	}
+	return out
+}
+
+var (
+	nodeA = netip.MustParseAddrPort("198.18.0.1:6443")
+	nodeB = netip.MustParseAddrPort("198.18.0.2:6443")
+	vip   = netip.MustParseAddrPort("198.18.0.10:6443")
+)
+
+// TestPreflightHealthy: two nodes whose skewgate steers its advertise
+// address (node A also the VIP it holds), with a written state file, a
+// control-plane endpoint whose name resolves to the VIP, and both
+// targets up in Prometheus: every check ok, nothing failed.
+func TestPreflightHealthy(t *testing.T) {
+	saved := &membership.StateFileStatus{Path: "/var/lib/skewgate/state.json", Saved: time.Now().Add(-5 * time.Second)}
+	a := routesServer(t, nodeView("steering standby: no skew window", []netip.AddrPort{nodeA, vip}, saved))
+	b := routesServer(t, nodeView("steering standby: no skew window", []netip.AddrPort{nodeB}, saved))
+	c := kubeadmCluster(t, "cp.example.test:6443", serviceMonitor())
+	prom := promServer(t, map[string]int{"node-a": 1, "node-b": 1})
+	checks, err := Preflight(context.Background(), c, PreflightOptions{
+		AdminURLs: []string{a.URL, b.URL}, Prometheus: prom.URL,
+		LookupHost: func(_ context.Context, host string) ([]string, error) {
+			if host != "cp.example.test" {
+				return nil, fmt.Errorf("no such host %q", host)
+			}
+			return []string{"198.18.0.10"}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ck := range checks {
+		if ck.Result != OK {
+			t.Errorf("%s %s: %s: %s", ck.Node, ck.Name, ck.Result, ck.Reason)
+		}
+	}
+	v := verdicts(checks)
+	for _, k := range []string{a.URL + "/steering", a.URL + "/targets", b.URL + "/state file", b.URL + "/mode", "cluster/control-plane endpoint", "cluster/prometheus"} {
+		if _, ok := v[k]; !ok {
+			t.Errorf("no check %s in %v", k, v)
+		}
+	}
+	if Failed(checks) {
+		t.Error("Failed = true")
+	}
+}
+
+// TestPreflightFailures: each thing that would leave clients unprotected
+// in the upgrade fails with its reason — steering not permitted, a state
+// file that cannot be written, an unreachable skewgate, a Prometheus
+// target down — and what is merely doubtful warns.
+func TestPreflightFailures(t *testing.T) {
+	good := &membership.StateFileStatus{Path: "/var/lib/skewgate/state.json", Saved: time.Now()}
+	bad := &membership.StateFileStatus{Path: "/var/lib/skewgate/state.json", Error: "open /var/lib/skewgate/.state.json.1: read-only file system"}
+	a := routesServer(t, nodeView("steering disabled: not permitted: operation not permitted", nil, bad))
+	vb := nodeView("steering off (kill switch)", []netip.AddrPort{netip.MustParseAddrPort("10.0.0.9:6443")}, good)
+	vb.Extra["steering"].(map[string]string)["window"] = "open: members' versions differ"
+	b := routesServer(t, vb)
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	c := kubeadmCluster(t, "198.18.0.10:6443") // a VIP nobody steers, no ServiceMonitor
+	prom := promServer(t, map[string]int{"node-a": 1, "node-b": 0})
+	checks, err := Preflight(context.Background(), c, PreflightOptions{AdminURLs: []string{a.URL, b.URL, gone.URL}, Prometheus: prom.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := verdicts(checks)
+	want := map[string]Result{
+		a.URL + "/steering":              Fail,
+		a.URL + "/state file":            Fail,
+		a.URL + "/targets":               Warn,
+		b.URL + "/steering":              Warn,
+		b.URL + "/mode":                  Warn,
+		b.URL + "/targets":               Fail,
+		b.URL + "/state file":            OK,
+		gone.URL + "/skewgate":           Fail,
+		"cluster/control-plane endpoint": Warn,
+		"cluster/prometheus":             Fail,
+	}
+	for k, r := range want {
+		if v[k] != r {
+			t.Errorf("%s = %q, want %q", k, v[k], r)
+		}
+	}
+	if !Failed(checks) {
+		t.Error("Failed = false")
+	}
+	var out strings.Builder
+	WriteChecks(&out, checks)
+	for _, s := range []string{"read-only file system", "not permitted", "down [node-b]", "steers no advertised address"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("output lacks %q:\n%s", s, out.String())
+		}
+	}
+}
+
+// TestPreflightPrometheusWithoutURL: a ServiceMonitor alone is ok (and
+// says scraping is unverified); neither is a warning, not a failure.
+func TestPreflightPrometheusWithoutURL(t *testing.T) {
+	with := checkPrometheus(context.Background(), kubeadmCluster(t, "", serviceMonitor()), PreflightOptions{}, 2)
+	without := checkPrometheus(context.Background(), kubeadmCluster(t, ""), PreflightOptions{}, 2)
+	if with.Result != OK || !strings.Contains(with.Reason, "kube-system/skewgate") || without.Result != Warn {
+		t.Errorf("with a ServiceMonitor %+v; without %+v", with, without)
+	}
+}
+
+// TestNodes: without URLs every advertised address gets its admin
+// listener on the port; a given URL on an advertised address is that node.
+func TestNodes(t *testing.T) {
+	adv := []netip.AddrPort{nodeA, nodeB}
+	got := Nodes(adv, nil, DefaultAdminPort)
+	if len(got) != 2 || got[0].Admin != "https://198.18.0.1:16444" || got[1].Address != nodeB {
+		t.Errorf("derived: %+v", got)
+	}
+	got = Nodes(adv, []string{"https://198.18.0.2:16444/", "http://127.0.0.1:16444"}, DefaultAdminPort)
+	if got[0].Address != nodeB || got[0].Admin != "https://198.18.0.2:16444" || got[1].Address.IsValid() || got[1].Name() != "http://127.0.0.1:16444" {
+		t.Errorf("given: %+v", got)
+	}
+	if ts := parseTargets(fmt.Sprint([]netip.AddrPort{nodeA, netip.MustParseAddrPort("[fd00::1]:6443")})); !slices.Equal(ts, []netip.AddrPort{nodeA, netip.MustParseAddrPort("[fd00::1]:6443")}) {
+		t.Errorf("parseTargets = %v", ts)
+	}
+}
