@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 )
 
@@ -33,6 +34,10 @@ type HandBack struct {
 	// 20).
 	Spread time.Duration
 	Rate   float64
+
+	// counted, if set, counts the connections asked to leave, by how
+	// (skewgate_handback_connections_total).
+	counted *prometheus.CounterVec
 
 	mu      sync.Mutex
 	on      bool
@@ -104,6 +109,14 @@ func (hb *HandBack) tell(w http.ResponseWriter, r *http.Request) {
 	}
 	hb.told[r.RemoteAddr] = true
 	w.Header().Set("Connection", "close")
+	hb.count("connection_close")
+}
+
+// count notes one connection asked to leave.
+func (hb *HandBack) count(how string) {
+	if hb.counted != nil {
+		hb.counted.WithLabelValues(how).Inc()
+	}
 }
 
 // watchEnd returns a channel that closes at a random moment within Spread
@@ -138,6 +151,7 @@ func (hb *HandBack) watchEnd(ctx context.Context, r *http.Request) <-chan struct
 			on := hb.on
 			hb.mu.Unlock()
 			if on {
+				hb.count("watch_end")
 				close(end)
 				return
 			}

@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Once releasing begins, a steered HTTP/2 connection is asked to leave
@@ -21,6 +24,7 @@ func TestHandBack(t *testing.T) {
 	steeredPort.Store(true)
 	hb := &HandBack{Releasing: releasing.Load, Steered: func(netip.AddrPort) bool { return steeredPort.Load() },
 		Spread: 200 * time.Millisecond, Rate: 1000}
+	hb.counted = NewMetrics(prometheus.NewRegistry()).handBack
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go hb.run(ctx)
@@ -112,5 +116,16 @@ func TestHandBack(t *testing.T) {
 	}
 	if conns != before {
 		t.Errorf("a connection to skewgate's own port was asked to leave: %d new connections", conns-before)
+	}
+	// Four steered connections were asked to leave with an answer, one
+	// watch was ended; nothing else counts.
+	for how, want := range map[string]float64{"connection_close": 4, "watch_end": 1} {
+		var m dto.Metric
+		if err := hb.counted.WithLabelValues(how).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.GetCounter().GetValue(); got != want {
+			t.Errorf("skewgate_handback_connections_total{how=%q} = %v, want %v", how, got, want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ type Metrics struct {
 	duration  *prometheus.HistogramVec
 	fwdErrors *prometheus.CounterVec
 	merged    *prometheus.CounterVec
+	handBack  *prometheus.CounterVec
 }
 
 // NewMetrics registers the proxy metrics with reg.
@@ -34,7 +35,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "skewgate_merged_discovery_requests_total",
 			Help: "Peer-aggregated discovery requests, by result: hit (If-None-Match matched, 304) or miss (body sent).",
 		}, []string{"result"}),
+		handBack: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_handback_connections_total",
+			Help: "Steered client connections asked to leave once steering was no longer wanted (a skew window closed, steering turned off), by how: connection_close (Connection: close or GOAWAY with an answer) or watch_end (a watch ended cleanly).",
+		}, []string{"how"}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.fwdErrors, m.merged)
+	reg.MustRegister(m.requests, m.duration, m.fwdErrors, m.merged, m.handBack)
 	return m
 }

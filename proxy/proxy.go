@@ -205,7 +205,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener, withdraw func(), hb 
 		return err
 	}
 	if hb != nil {
-		p.handler.handBack = hb
+		p.handler.handBack, hb.counted = hb, p.handler.metrics.handBack
 		go hb.run(ctx)
 	}
 	t.Serving, t.ClientCAs, t.Withdraw, t.EndLongRunning = p.certs.Serving, p.certs.AllClientCAs, withdraw, p.handler.EndLongRunning

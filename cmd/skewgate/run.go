@@ -126,6 +126,7 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f = fss.FlagSet("admin")
 	f.StringVar(&o.secureAdmin, "secure-admin-address", "", "ip:port of the admin listener as kube-controller-manager serves its secure port: TLS with the --tls-cert-file pair, "+
 		"callers authenticated by --client-ca-file or the apiserver (TokenReview) and authorized by it (SubjectAccessReview: RBAC nonResourceURLs), /healthz, /livez and /readyz open to anyone; "+
+		"while the local apiserver does not answer, a healthy peer reviews (its certificate must name kubernetes.default.svc), and while none does, a positive decision up to 5 minutes old stands in; "+
 		"it delegates with skewgate's cluster credentials (--kubeconfig or the pod's ServiceAccount), which need the system:auth-delegator ClusterRole (empty: none)")
 	f.StringVar(&o.adminAddr, "metrics-bind-address", o.adminAddr, "plain-HTTP admin listener without authentication, for labs: keep it on loopback, anyone who reaches it reads every endpoint (empty: none)")
 	f.BoolVar(&o.profiling, "profiling", false, "serve /debug/pprof on the admin listener")
@@ -206,8 +207,12 @@ func serveAdmin(ctx context.Context, o *runOptions, p *proxy.Proxy, h http.Handl
 		if err != nil {
 			return err
 		}
+		// The node's apiserver first; while it restarts, the healthy peers,
+		// then recent positive decisions: the scrape that would show it
+		// down must not fail with it.
 		if _, err := admin.ServeSecure(ctx, admin.SecureOptions{Address: o.secureAdmin, CertFile: o.proxy.Certs.TLSCert,
-			KeyFile: o.proxy.Certs.TLSKey, ClientCAFile: o.proxy.Certs.ClientCA, Cluster: rc}, h); err != nil {
+			KeyFile: o.proxy.Certs.TLSKey, ClientCAFile: o.proxy.Certs.ClientCA, Cluster: rc,
+			Peers: admin.PeerDelegates(rc, p.Members)}, h); err != nil {
 			return fmt.Errorf("--secure-admin-address: %w", err)
 		}
 	}

@@ -196,3 +196,31 @@ func exportedMetrics(t *testing.T, root string, dirs ...string) map[string]bool 
 	}
 	return names
 }
+
+var grouping = regexp.MustCompile(`\b(by|on)\s*\(([^)]*)\)`)
+
+// TestAlertsKeepCluster: every by (...) and on (...) in an alert keeps the
+// cluster label, so one Prometheus watching several clusters neither sums
+// their series together nor lets one cluster's window or members speak for
+// another's. An aggregation without by (sum(x)) drops it too.
+func TestAlertsKeepCluster(t *testing.T) {
+	bare := regexp.MustCompile(`\b(sum|max|min|count|avg|group)\s*\(`)
+	var rf ruleFile
+	decodeYAML(t, "alerts.yaml", &rf)
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			for _, m := range grouping.FindAllStringSubmatch(r.Expr, -1) {
+				labels := strings.Split(m[2], ",")
+				for i := range labels {
+					labels[i] = strings.TrimSpace(labels[i])
+				}
+				if !slices.Contains(labels, "cluster") {
+					t.Errorf("%s: %s drops the cluster label", r.Alert, m[0])
+				}
+			}
+			if loc := bare.FindStringIndex(r.Expr); loc != nil {
+				t.Errorf("%s: %q aggregates without by (cluster, ...)", r.Alert, r.Expr[loc[0]:min(loc[1]+30, len(r.Expr))])
+			}
+		}
+	}
+}

@@ -6,4 +6,5 @@
 package monitoring
 
 //go:generate go run ./cmd/prometheusrule -in alerts.yaml -out prometheusrule.yaml
+//go:generate go run ./cmd/prometheusrule -in alerts.yaml -out ../kubernetes/monitoring/prometheusrule.yaml
 //go:generate go run ./cmd/dashboard -out skewgate-dashboard.json -configmap ../kubernetes/monitoring/dashboard-configmap.yaml

@@ -48,6 +48,20 @@ type SecureOptions struct {
 	// needs create on tokenreviews and subjectaccessreviews (the
 	// system:auth-delegator ClusterRole).
 	Cluster *rest.Config
+	// Peers, when set, lists the other apiservers to ask, in order, when
+	// Cluster's does not answer (it restarts): Cluster's credentials
+	// toward each (see PeerDelegates). While none answers, a positive
+	// decision younger than DecisionTTL stands in, so Prometheus keeps
+	// scraping through the apiservers' restarts.
+	Peers func() []*rest.Config
+	// DecisionTTL bounds how old a replayed decision may be
+	// (DefaultDecisionTTL if zero).
+	DecisionTTL time.Duration
+
+	// now and cacheTTL are tests' seams: the decisions' clock, and the
+	// webhooks' own caches (reviewCacheTTL if zero).
+	now      func() time.Time
+	cacheTTL time.Duration
 }
 
 // AlwaysAllowPaths answer anyone, as kube-controller-manager's: liveness
@@ -57,18 +71,28 @@ var AlwaysAllowPaths = []string{"/healthz", "/healthz/*", "/livez", "/livez/*", 
 // ErrNoCluster means the secure listener has no apiserver to delegate to.
 var ErrNoCluster = errors.New("no cluster credentials to delegate authentication and authorization to (--kubeconfig, or a pod's ServiceAccount)")
 
+// reviewCacheTTL is how long the webhooks keep any answer, as
+// kube-controller-manager's: a scrape every 15 s asks the apiserver
+// about every other one.
+const reviewCacheTTL = 10 * time.Second
+
 // webhookBackoff is k8s.io/apiserver's DefaultAuthWebhookRetryBackoff.
 var webhookBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
 
 // ServeSecure serves h on o.Address behind authentication and
 // authorization until ctx ends. It returns an error wrapping ErrNoCluster
 // without o.Cluster, or for an address, certificate or CA it cannot use;
-// a review the apiserver cannot answer is a 401 or 403, never an open door.
+// a review no apiserver answers, with no recent positive decision for it,
+// is a 401 or 403, never an open door.
 func ServeSecure(ctx context.Context, o SecureOptions, h http.Handler) (*http.Server, error) {
 	if o.Cluster == nil {
 		return nil, ErrNoCluster
 	}
-	cs, err := kubernetes.NewForConfig(o.Cluster)
+	if o.cacheTTL == 0 {
+		o.cacheTTL = reviewCacheTTL
+	}
+	reviews := newReviewTransport(o.Cluster, o.Peers, o.DecisionTTL, o.now)
+	cs, err := kubernetes.NewForConfig(reviews.clientConfig())
 	if err != nil {
 		return nil, fmt.Errorf("admin delegation: %w", err)
 	}
@@ -81,7 +105,7 @@ func ServeSecure(ctx context.Context, o SecureOptions, h http.Handler) (*http.Se
 		TokenAccessReviewClient:  cs.AuthenticationV1(),
 		TokenAccessReviewTimeout: 10 * time.Second,
 		WebhookRetryBackoff:      &webhookBackoff,
-		CacheTTL:                 10 * time.Second,
+		CacheTTL:                 o.cacheTTL,
 	}
 	var clientCA *dynamiccertificates.DynamicFileCAContent
 	if o.ClientCAFile != "" {
@@ -94,7 +118,7 @@ func ServeSecure(ctx context.Context, o SecureOptions, h http.Handler) (*http.Se
 	if err != nil {
 		return nil, fmt.Errorf("admin authentication: %w", err)
 	}
-	authz, err := delegatedAuthorizer(cs)
+	authz, err := delegatedAuthorizer(cs, o.cacheTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -137,15 +161,15 @@ func hostPort(addr string) string {
 
 // delegatedAuthorizer allows system:masters and the health paths, and asks
 // the apiserver about everything else.
-func delegatedAuthorizer(cs kubernetes.Interface) (authorizer.Authorizer, error) {
+func delegatedAuthorizer(cs kubernetes.Interface, cacheTTL time.Duration) (authorizer.Authorizer, error) {
 	paths, err := path.NewAuthorizer(AlwaysAllowPaths)
 	if err != nil {
 		return nil, err
 	}
 	webhook, err := authorizerfactory.DelegatingAuthorizerConfig{
 		SubjectAccessReviewClient: cs.AuthorizationV1(),
-		AllowCacheTTL:             10 * time.Second,
-		DenyCacheTTL:              10 * time.Second,
+		AllowCacheTTL:             cacheTTL,
+		DenyCacheTTL:              cacheTTL,
 		WebhookRetryBackoff:       &webhookBackoff,
 	}.New()
 	if err != nil {

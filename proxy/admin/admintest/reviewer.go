@@ -22,6 +22,16 @@ type Reviewer struct {
 	asked []string
 }
 
+// SetAllowed replaces the paths user may get, while the Reviewer serves.
+func (rv *Reviewer) SetAllowed(user string, paths ...string) {
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	if rv.Allowed == nil {
+		rv.Allowed = map[string][]string{}
+	}
+	rv.Allowed[user] = paths
+}
+
 // Asked is every SubjectAccessReview so far, as "user verb path".
 func (rv *Reviewer) Asked() []string {
 	rv.mu.Lock()
@@ -52,10 +62,10 @@ func (rv *Reviewer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if nr := sar.Spec.NonResourceAttributes; nr != nil {
 			rv.mu.Lock()
 			rv.asked = append(rv.asked, sar.Spec.User+" "+nr.Verb+" "+nr.Path)
-			rv.mu.Unlock()
 			for _, p := range rv.Allowed[sar.Spec.User] {
 				sar.Status.Allowed = sar.Status.Allowed || (nr.Verb == "get" && nr.Path == p)
 			}
+			rv.mu.Unlock()
 		}
 		json.NewEncoder(w).Encode(sar)
 	default:
