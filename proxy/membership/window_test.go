@@ -14,24 +14,31 @@ import (
 	"github.com/skewgate/skewgate/proxy/route"
 )
 
-// realDoc is the discovery a real kube-apiserver of version v served (the
-// discovery package's fixtures), with extra groups appended to /apis.
+// fixture is the list a real kube-apiserver of version v served on
+// endpoint name ("api" or "apis"), from the discovery package's fixtures.
+func fixture(t *testing.T, v, name string) []apidiscoveryv2.APIGroupDiscovery {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "discovery", "testdata", v+"-"+name+"-v2.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list apidiscoveryv2.APIGroupDiscoveryList
+	if err := json.Unmarshal(data, &list); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+func capsOf(api, apis []apidiscoveryv2.APIGroupDiscovery) *discovery.Capabilities {
+	return discovery.NewCapabilities(&discovery.Doc{API: discovery.Endpoint{Items: api, Format: discovery.FormatV2},
+		APIs: discovery.Endpoint{Items: apis, Format: discovery.FormatV2}})
+}
+
+// realDoc is the discovery a real kube-apiserver of version v served, with
+// extra groups appended to /apis.
 func realDoc(t *testing.T, v string, extra ...apidiscoveryv2.APIGroupDiscovery) *discovery.Capabilities {
 	t.Helper()
-	read := func(name string) discovery.Endpoint {
-		data, err := os.ReadFile(filepath.Join("..", "discovery", "testdata", v+"-"+name+"-v2.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var list apidiscoveryv2.APIGroupDiscoveryList
-		if err := json.Unmarshal(data, &list); err != nil {
-			t.Fatal(err)
-		}
-		return discovery.Endpoint{Items: list.Items, Format: discovery.FormatV2}
-	}
-	apis := read("apis")
-	apis.Items = append(append([]apidiscoveryv2.APIGroupDiscovery(nil), apis.Items...), extra...)
-	return discovery.NewCapabilities(&discovery.Doc{API: read("api"), APIs: apis})
+	return capsOf(fixture(t, v, "api"), append(fixture(t, v, "apis"), extra...))
 }
 
 // group is a one-version, one-resource group as discovery lists it.
@@ -46,15 +53,7 @@ func group(name, version, resource string) apidiscoveryv2.APIGroupDiscovery {
 func without(t *testing.T, v, groupName, version string) *discovery.Capabilities {
 	t.Helper()
 	var items []apidiscoveryv2.APIGroupDiscovery
-	data, err := os.ReadFile(filepath.Join("..", "discovery", "testdata", v+"-apis-v2.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var list apidiscoveryv2.APIGroupDiscoveryList
-	if err := json.Unmarshal(data, &list); err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range list.Items {
+	for _, g := range fixture(t, v, "apis") {
 		if g.Name != groupName {
 			items = append(items, g)
 			continue
@@ -70,15 +69,7 @@ func without(t *testing.T, v, groupName, version string) *discovery.Capabilities
 			items = append(items, g)
 		}
 	}
-	api, err := os.ReadFile(filepath.Join("..", "discovery", "testdata", v+"-api-v2.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var core apidiscoveryv2.APIGroupDiscoveryList
-	if err := json.Unmarshal(api, &core); err != nil {
-		t.Fatal(err)
-	}
-	return discovery.NewCapabilities(&discovery.Doc{API: discovery.Endpoint{Items: core.Items}, APIs: discovery.Endpoint{Items: items}})
+	return capsOf(fixture(t, v, "api"), items)
 }
 
 // member is one server of a window case.
