@@ -21,3 +21,16 @@ func TestWanted(t *testing.T) {
 		}
 	}
 }
+
+// Shedding wins over every mode: steering is withdrawn (fail open).
+func TestSheddingWithdrawsSteering(t *testing.T) {
+	shed := ""
+	n := &Node{cfg: NodeConfig{Shed: func() string { return shed }, Mode: func() Mode { return ModeAlways }}}
+	if on, _ := n.wanted(); !on {
+		t.Fatal("mode always, not shedding: steering not wanted")
+	}
+	shed = "20000 client connections open"
+	if on, why := n.wanted(); on || why == "" {
+		t.Errorf("shedding: wanted %t %q, want steering withdrawn with a reason", on, why)
+	}
+}

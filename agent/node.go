@@ -48,6 +48,9 @@ type NodeConfig struct {
 	// Ready reports whether the proxy can route: steering engages only
 	// while it returns nil.
 	Ready func() error
+	// Shed, if set, says why skewgate is near its bounds (or ""): steering
+	// is then withdrawn whatever the mode — failing open — until it is not.
+	Shed func() string
 	// PeerAddrs lists the peer apiservers' addresses, for ExemptPeers.
 	PeerAddrs func() []netip.Addr
 	// Probe returns a check that a new connection to dial is answered by
@@ -109,6 +112,11 @@ func Listen(addr string, cfg NodeConfig, reg prometheus.Registerer) (*Node, erro
 
 // wanted is whether steering is wanted now, and why.
 func (n *Node) wanted() (bool, string) {
+	if n.cfg.Shed != nil {
+		if why := n.cfg.Shed(); why != "" {
+			return false, "shedding load, failing open: " + why
+		}
+	}
 	mode, w := n.mode()
 	return wanted(mode, w)
 }

@@ -73,6 +73,9 @@ type Config struct {
 	// it callers get a retryable 429, and skewgate's goroutines, sockets
 	// and body copies stay bounded when a node's load piles up.
 	LocalMaxInFlight int
+	// MaxConns bounds the client connections open at once before skewgate
+	// sheds load (0: no bound; see Load).
+	MaxConns int64
 }
 
 // Proxy is the request side, loaded and checked: certificates read, the
@@ -84,6 +87,8 @@ type Proxy struct {
 	local   *url.URL
 	peers   []*url.URL
 	Members *membership.Members
+	// Load is what skewgate carries against its bounds, for shedding.
+	Load *Load
 	// Upgrade says whether some node's apiserver upgrade has begun, as
 	// early as kubeadm's manifest shows it; Members' window reads it.
 	Upgrade *upgrade.Signal
@@ -147,6 +152,17 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 		p.Members.KeepState(ctx, cfg.StateFile, cfg.Log)
 	}
 	reg.MustRegister(p.Members, certs)
+	p.Load = &Load{MaxConns: cfg.MaxConns}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_client_connections", Help: "Client connections open to skewgate's listener."},
+			func() float64 { return float64(p.Load.Conns()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_shedding", Help: "1 while skewgate sheds load by failing open (steering withdrawn, steered connections handed back): near --max-connections or its soft memory limit."},
+			func() float64 {
+				if p.Load.shedding.Load() {
+					return 1
+				}
+				return 0
+			}))
 	rh := RequestHeader{CA: certs.RequestHeaderCA, AllowedNames: cfg.RequestHeaderAllowedNames, Names: cfg.HeaderNames, Self: p.trust.ClientCert}
 	p.handler = NewHandler(p.Members, certs.ClientCA, rh, NewMetrics(reg))
 	return p, nil
@@ -209,6 +225,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener, withdraw func(), hb 
 		go hb.run(ctx)
 	}
 	t.Serving, t.ClientCAs, t.Withdraw, t.EndLongRunning = p.certs.Serving, p.certs.AllClientCAs, withdraw, p.handler.EndLongRunning
+	t.ConnState = p.Load.ConnState
 	err = Serve(ctx, ln, p.handler, t)
 	if p.cfg.StateFile != "" {
 		if serr := p.Members.SaveState(p.cfg.StateFile); serr != nil {
@@ -240,6 +257,9 @@ func (c Config) Validate() []error {
 	}
 	if c.RollbackGrace < 0 {
 		errs = append(errs, fmt.Errorf("--rollback-grace %s: want 0 (no grace) or a positive duration", c.RollbackGrace))
+	}
+	if c.MaxConns < 0 {
+		errs = append(errs, fmt.Errorf("--max-connections %d: want 0 (no bound) or more", c.MaxConns))
 	}
 	if c.LocalMaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("--local-max-requests-inflight %d: want 0 (no bound) or more", c.LocalMaxInFlight))

@@ -35,6 +35,8 @@ type TLS struct {
 	// EndLongRunning, if set, runs as the server shuts down: watches end
 	// instead of holding the shutdown until its timeout.
 	EndLongRunning func()
+	// ConnState, if set, learns of every client connection's state.
+	ConnState func(net.Conn, http.ConnState)
 }
 
 // drainQueue is how long the listener keeps accepting after steering was
@@ -74,6 +76,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, t TLS) error {
 		IdleTimeout:    90 * time.Second,
 		MaxHeaderBytes: FrontHeaderBytes,
 		ConnContext:    withConnVerdict,
+		ConnState:      t.ConnState,
 	}
 	if t.MaxStreams > 0 {
 		srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: t.MaxStreams}

@@ -1,0 +1,78 @@
+package proxy
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync/atomic"
+)
+
+// Load is what skewgate carries now, against its bounds. Near them it
+// sheds by failing open: Shedding says so, the agent withdraws steering
+// (new connections reach the apiserver directly) and the connections it
+// brought are handed back — never by growing until the kernel OOM-kills
+// it, which would reset every connection through it on the node whose
+// apiserver it covers.
+type Load struct {
+	// MaxConns bounds the client connections open at once (0: none).
+	MaxConns int64
+	// HeapFraction is the share of the soft memory limit (GOMEMLIMIT) the
+	// heap may take before shedding (0: 0.9).
+	HeapFraction float64
+
+	conns    atomic.Int64
+	shedding atomic.Bool
+}
+
+// ConnState counts client connections; it is an http.Server ConnState.
+func (l *Load) ConnState(_ net.Conn, st http.ConnState) {
+	switch st {
+	case http.StateNew:
+		l.conns.Add(1)
+	case http.StateClosed, http.StateHijacked:
+		l.conns.Add(-1)
+	}
+}
+
+// Conns is the client connections open now.
+func (l *Load) Conns() int64 { return l.conns.Load() }
+
+// Shedding says why skewgate is shedding load, or "". Once shedding, it
+// goes on until the load is back under 80 % of each bound, so that
+// steering does not flap at the edge.
+func (l *Load) Shedding() string {
+	if l == nil {
+		return ""
+	}
+	over := 1.0
+	if l.shedding.Load() {
+		over = 0.8
+	}
+	why := ""
+	if c := l.conns.Load(); l.MaxConns > 0 && float64(c) >= over*float64(l.MaxConns) {
+		why = fmt.Sprintf("%d client connections open, the bound is %d", c, l.MaxConns)
+	}
+	if heap, limit := heapInUse(), debug.SetMemoryLimit(-1); why == "" && limit > 0 && limit < 1<<62 {
+		frac := l.HeapFraction
+		if frac <= 0 {
+			frac = 0.9
+		}
+		if float64(heap) >= over*frac*float64(limit) {
+			why = fmt.Sprintf("heap %d MiB of a %d MiB soft memory limit", heap>>20, limit>>20)
+		}
+	}
+	l.shedding.Store(why != "")
+	return why
+}
+
+// heapInUse is the bytes of live and not yet swept heap objects.
+func heapInUse() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
