@@ -286,8 +286,8 @@ func covers(a, b []string) bool {
 // current discovery lists: unavailable while a server may still serve it
 // (rule 5: it served it before it came back serving less, or a peer not
 // known yet may — for a type some member served within the grace, or for
-// any type while a peer was never read at all), otherwise the local
-// server's genuine 404 (rule 6).
+// any type while a peer was never read at all or is back but not re-read),
+// otherwise the local server's genuine 404 (rule 6).
 func unservedLocally(q question, t *Table) Decision {
 	var unknown, lost []Server
 	servedRecently := t.Served != nil && q.of(t.Served)
@@ -295,10 +295,14 @@ func unservedLocally(q question, t *Table) Decision {
 		switch {
 		case p.Lost != nil && q.of(p.Lost):
 			lost = append(lost, p)
-		case p.Unknown && p.ID != t.Local.ID && (servedRecently || p.Caps == nil):
+		case p.Unknown && p.ID != t.Local.ID && (servedRecently || p.Caps == nil || p.Healthy):
 			// A peer never read at all (skewgate's first start, the peer
 			// unreachable since) may serve anything: no document says
-			// otherwise. One read before holds only what was served.
+			// otherwise; so may one back from a restart whose discovery
+			// is not re-read yet (about a second: it may have come back
+			// on the new version, and its new types are what clients
+			// just learned of). One still away serves nothing new: it
+			// holds only what was served within the grace.
 			unknown = append(unknown, p)
 		}
 	}

@@ -150,6 +150,8 @@ func TestDecide(t *testing.T) {
 	unknown.Unknown = true
 	restarting := peer("r", false, 0, oldCaps) // went down: may come back on another version
 	restarting.Unknown = true
+	returned := peer("ret", true, 0, oldCaps) // back, its discovery not read again yet
+	returned.Unknown = true
 	rolledBack := peer("rb", true, 0, oldCaps) // came back on the old version, without workloads
 	rolledBack.Lost = newCaps
 	localRolledBack := table(oldCaps)
@@ -202,6 +204,7 @@ func TestDecide(t *testing.T) {
 		// A peer never read at all (a first start, or a new apiserver
 		// joining, unreachable so far) may serve anything: a new node
 		// joining on the new version is how some upgrades go.
+		{"peer back from a restart, not re-read yet: it may have come back on the new version", workloads, withServed(oldCaps, table(oldCaps, returned)), false, Unavailable, "5", []string{"ret"}},
 		{"peer never read, nobody known to serve it", workloads, table(oldCaps, unknown), false, Unavailable, "5", []string{"u"}},
 		{"group document served within the grace, a peer read before not known", workloadsGroup, withServed(newCaps, table(oldCaps, restarting)), false, Unavailable, "5", []string{"r"}},
 		{"CRD-presence probe while a peer was never read", monitoring, withServed(newCaps, table(oldCaps, unknown)), false, Unavailable, "5", []string{"u"}},
