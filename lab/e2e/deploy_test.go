@@ -143,16 +143,20 @@ func daemonSet(t *testing.T, objs []*unstructured.Unstructured) *unstructured.Un
 
 // TestDeployMonitoringOverlay: the overlay renders the base (its admin
 // listener secure, on the node IP) plus the metrics Service, ServiceMonitor,
-// ClusterRole and dashboard ConfigMap; everything but the ServiceMonitor
-// (no CRD in the lab) passes dry-run.
+// ClusterRole and dashboard ConfigMap, and the PrometheusRule; everything
+// but prometheus-operator's ServiceMonitor and PrometheusRule (no CRDs in
+// the lab) passes dry-run.
 func TestDeployMonitoringOverlay(t *testing.T) {
 	objs := render(t, deployDir+"/monitoring")
 	var rest []*unstructured.Unstructured
-	var sawMonitor, sawService bool
+	var sawMonitor, sawRule, sawService bool
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "ServiceMonitor":
 			sawMonitor = true
+			continue
+		case "PrometheusRule":
+			sawRule = true
 			continue
 		case "Service":
 			sawService = true
@@ -161,8 +165,8 @@ func TestDeployMonitoringOverlay(t *testing.T) {
 		}
 		rest = append(rest, o)
 	}
-	if !sawMonitor || !sawService {
-		t.Fatalf("overlay: ServiceMonitor %t, Service %t", sawMonitor, sawService)
+	if !sawMonitor || !sawRule || !sawService {
+		t.Fatalf("overlay: ServiceMonitor %t, PrometheusRule %t, Service %t", sawMonitor, sawRule, sawService)
 	}
 	cfg := restConfig(t, node(t, "node-b").URL())
 	mapper := restMapper(t, cfg)
