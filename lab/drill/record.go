@@ -159,7 +159,7 @@ func cause503(body []byte) string {
 		return CauseLocalAway
 	case strings.Contains(b, "before they restarted on another version"):
 		return CauseRollback
-	case strings.Contains(b, "only unhealthy or departed peers"), strings.Contains(b, "is not known yet"):
+	case strings.Contains(b, "only unhealthy or departed peers"), strings.Contains(b, "is not known yet"), strings.Contains(b, "not known yet may"):
 		return CauseRestarting
 	case strings.Contains(b, "circuit open"), strings.Contains(b, "too many requests"):
 		return CauseLimit

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/client-go/kubernetes/scheme"
-
 	"github.com/skewgate/skewgate/proxy/discovery"
 	"github.com/skewgate/skewgate/proxy/route"
 )
@@ -190,7 +188,7 @@ func firstMissing(a, b route.Capabilities) string {
 		return ""
 	}
 	for _, gv := range ca.GroupVersions() {
-		if !builtIn(gv.Group) {
+		if !route.BuiltIn(gv.Group) {
 			continue
 		}
 		theirs := b.Resources(gv)
@@ -201,22 +199,6 @@ func firstMissing(a, b route.Capabilities) string {
 		}
 	}
 	return ""
-}
-
-// builtIn reports whether kube-apiserver's binary serves group itself:
-// the groups of client-go's scheme (every built-in group of the release
-// skewgate is built with, alpha ones included) and the two that
-// kube-apiserver's extension and aggregation layers serve. A group only a
-// newer release adds is not known here, but it comes with a version
-// difference, which opens the window by itself. CRD groups — even those
-// under k8s.io, such as gateway.networking.k8s.io — and APIService-backed
-// groups such as metrics.k8s.io are not built in.
-func builtIn(group string) bool {
-	switch group {
-	case "", "apiextensions.k8s.io", "apiregistration.k8s.io":
-		return true
-	}
-	return scheme.Scheme.IsGroupRegistered(group)
 }
 
 // LocalAway says why the local apiserver is out of routing (down,

@@ -285,24 +285,25 @@ func covers(a, b []string) bool {
 // unservedLocally decides for a request no healthy or unhealthy peer's
 // current discovery lists: unavailable while a server may still serve it
 // (rule 5: it served it before it came back serving less, or a peer not
-// known yet may — for a type some member served within the grace, or for
-// any type while a peer was never read at all or is back but not re-read),
-// otherwise the local server's genuine 404 (rule 6).
+// known yet may — for a type some member served within the grace, any
+// built-in type (a new release's), or any type while a peer was never read
+// at all), otherwise the local server's genuine 404 (rule 6).
 func unservedLocally(q question, t *Table) Decision {
 	var unknown, lost []Server
 	servedRecently := t.Served != nil && q.of(t.Served)
+	newInRelease := BuiltIn(q.group())
 	for _, p := range append([]Server{t.Local}, t.Peers...) {
 		switch {
 		case p.Lost != nil && q.of(p.Lost):
 			lost = append(lost, p)
-		case p.Unknown && p.ID != t.Local.ID && (servedRecently || p.Caps == nil || p.Healthy):
-			// A peer never read at all (skewgate's first start, the peer
-			// unreachable since) may serve anything: no document says
-			// otherwise; so may one back from a restart whose discovery
-			// is not re-read yet (about a second: it may have come back
-			// on the new version, and its new types are what clients
-			// just learned of). One still away serves nothing new: it
-			// holds only what was served within the grace.
+		case p.Unknown && p.ID != t.Local.ID && (servedRecently || p.Caps == nil || newInRelease):
+			// A peer not known yet may have come back on another version
+			// (skewgate's probes see its return a second or two after
+			// clients do), serving built-in types no member served
+			// before: those are the upgrade's new types. A peer never
+			// read at all may serve anything. But a CRD or aggregated
+			// group nobody served is absent: every server would list it
+			// (a CRD-presence probe must hear its 404).
 			unknown = append(unknown, p)
 		}
 	}
@@ -312,7 +313,7 @@ func unservedLocally(q question, t *Table) Decision {
 	}
 	if len(unknown) > 0 {
 		return Decision{Route: Unavailable, Servers: ids(unknown), Rule: RuleUnavailable,
-			Reason: fmt.Sprintf("local server does not serve %s, a member served it within the grace, and what %d peer(s) serve is not known yet", q.what(), len(unknown))}
+			Reason: fmt.Sprintf("local server does not serve %s, and %d peer(s) not known yet may (back on another version, or serving it within the grace)", q.what(), len(unknown))}
 	}
 	return local(t, RuleNobody, "no server serves "+q.what()+": the local server's 404 is genuine")
 }
@@ -352,6 +353,14 @@ func (q question) of(c Capabilities) bool {
 		return c.ServesGroup(q.req.GV.Group)
 	}
 	return c.ServesGroupVersion(q.req.GV)
+}
+
+// group is the API group the request asks about.
+func (q question) group() string {
+	if q.req.Kind == Resource {
+		return q.req.GVR.Group
+	}
+	return q.req.GV.Group
 }
 
 // what names what the request asks about, for reasons.
