@@ -103,6 +103,10 @@ func (p *Plane) skewgateBaseArgs(n Node) []string {
 		fmt.Sprintf("--local-apiserver=https://127.0.0.1:%d", n.APIPort()),
 		"--state-file=" + p.SkewgateStateFile(n),
 		"--profiling", // make bench reads CPU profiles
+		// The lab's nodes swap binaries, with no static-pod manifest; a
+		// manifest on the host would be another cluster's.
+		"--apiserver-manifest=",
+		"--node-name=" + n.Name,
 	}
 }
 
