@@ -5,8 +5,13 @@ import (
 	"strings"
 )
 
-// newAPIsMinor is the first minor version that serves
-// scheduling.k8s.io/v1alpha2, the group/version the lab uses to show skew.
+// newAPIsMinor is the one minor version that serves
+// scheduling.k8s.io/v1alpha2, the group/version the lab uses to show the
+// 1.35 → 1.36 skew (1.37 serves v1alpha3 instead). Servers of later
+// minors run with their defaults: 1.37's own new types
+// (storagemigration.k8s.io/v1, certificates.k8s.io/v1
+// podcertificaterequests and clustertrustbundles, resource.k8s.io/v1
+// devicetaintrules) need no runtime-config.
 const newAPIsMinor = 36
 
 // RequestHeaderGroupHeaders are the group headers the lab's apiservers
@@ -59,7 +64,7 @@ func APIServerArgs(spec Spec, n Node, pki *PKI) []string {
 			"--kubelet-client-certificate="+pki.Admin.CertFile, "--kubelet-client-key="+pki.Admin.KeyFile)
 	}
 	gates := []string{fmt.Sprintf("UnknownVersionInteroperabilityProxy=%t", spec.InTreeProxy)}
-	if n.Minor() >= newAPIsMinor {
+	if n.Minor() == newAPIsMinor {
 		gates = append(gates, "GenericWorkload=true")
 		args = append(args, "--runtime-config=scheduling.k8s.io/v1alpha2=true")
 	}

@@ -10,8 +10,8 @@ import (
 )
 
 // newAPIsArgs are the apiserver flags that serve the lab's new-only
-// group/version on a server of minor newAPIsMinor or newer (what
-// APIServerArgs gives the other modes' servers).
+// group/version on a server of minor newAPIsMinor (what APIServerArgs
+// gives the other modes' servers).
 var newAPIsArgs = []extraArg{
 	{"runtime-config", "scheduling.k8s.io/v1alpha2=true"},
 	{"feature-gates", "GenericWorkload=true"},
@@ -26,7 +26,7 @@ type extraArg struct{ Name, Value string }
 // renders the new manifests from it). A feature-gates value joins the
 // existing one.
 func (p *Plane) enableNewAPIs(ctx context.Context, version string) error {
-	if (Node{Version: version}).Minor() < newAPIsMinor {
+	if (Node{Version: version}).Minor() != newAPIsMinor {
 		return nil
 	}
 	c, err := p.AdminClient(p.Spec.Nodes[0])

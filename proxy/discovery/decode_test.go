@@ -32,6 +32,7 @@ var recordedFixtures = []recordedFixture{
 	{"v1.35.4", "v2", FormatV2},
 	{"v1.36.3", "v2", FormatV2},
 	{"v1.35.4", "as-v2beta1", FormatV2Beta1},
+	{"v1.37.2", "v2", FormatV2},
 }
 
 // serveRecorded answers /api and /apis with f's recorded bodies and the
@@ -85,6 +86,14 @@ func TestFetchRecordedFixtures(t *testing.T) {
 			want136 := f.version == "v1.36.3"
 			if got := slices.Contains(names, "scheduling.k8s.io/v1alpha2/workloads"); got != want136 {
 				t.Errorf("scheduling.k8s.io/v1alpha2/workloads listed: %v, want %v", got, want136)
+			}
+			// 1.37's new types, served by default.
+			want137 := f.version == "v1.37.2"
+			for _, gvr := range []string{"storagemigration.k8s.io/v1/storageversionmigrations", "certificates.k8s.io/v1/podcertificaterequests",
+				"certificates.k8s.io/v1/clustertrustbundles", "resource.k8s.io/v1/devicetaintrules"} {
+				if got := slices.Contains(names, gvr); got != want137 {
+					t.Errorf("%s listed: %v, want %v", gvr, got, want137)
+				}
 			}
 			for _, g := range doc.Groups() {
 				if g.APIVersion != "" && g.APIVersion != apidiscoveryv2.SchemeGroupVersion.String() {

@@ -17,7 +17,7 @@ import (
 // realCaps are the capabilities of a real kube-apiserver of version v, from
 // the discovery documents the lab's servers answered (proxy/discovery's
 // testdata).
-func realCaps(b *testing.B, v string) *discovery.Capabilities {
+func realCaps(b testing.TB, v string) *discovery.Capabilities {
 	b.Helper()
 	read := func(name string) discovery.Endpoint {
 		data, err := os.ReadFile(filepath.Join("..", "discovery", "testdata", v+"-"+name+"-v2.json"))
