@@ -28,6 +28,7 @@ func TestZPeerDown(t *testing.T) {
 	})
 	t.Run("skewgate restarts while node-b is down", restartWhilePeerDown)
 	t.Run("skewgate restarts after node-b left", restartAfterPeerLeft)
+	t.Run("skewgate restarts inside a rollback's grace", restartInsideRollbackGrace)
 	t.Run("a hung peer's watches end", hungPeerEndsWatches)
 }
 
@@ -89,6 +90,45 @@ func restartAfterPeerLeft(t *testing.T) {
 	})
 	unavailableBecause(t, do(t, c, http.MethodGet, sg+workloadsPath, nil), "departed")
 	nodeBBack(t, c, sg)
+}
+
+// restartInsideRollbackGrace rolls node-b back to the old version (it
+// comes back serving less: workloads answer 503 for the grace), then
+// restarts node-a's skewgate: what node-b served before its rollback comes
+// back from the state file, so workloads still answer 503, never 404,
+// until the grace ends. Then node-b returns to the new version.
+func restartInsideRollbackGrace(t *testing.T) {
+	c, sg := client(t, plane.PKI.Admin), via(t)
+	pollUntil(t, c, sg+workloadsPath, http.StatusOK, 15*time.Second)
+	if err := plane.UpgradeNode(context.Background(), "node-b", lab.OldVersion, 0, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r := do(t, c, http.MethodGet, sg+workloadsPath, nil)
+		if r.Code == http.StatusServiceUnavailable && strings.Contains(string(r.Body), "grace") {
+			break
+		}
+		if r.Code == http.StatusNotFound {
+			t.Fatalf("node-b rolled back: a 404 for workloads: %s", trim(r.Body))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node-b rolled back: workloads answered %d, want the grace's 503: %s", r.Code, trim(r.Body))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	restartSkewgateA(t, lab.SkewgateMode{Kubeconfig: true}, nil)
+	for i := range 20 {
+		r := do(t, c, http.MethodGet, sg+workloadsPath, nil)
+		if r.Code != http.StatusServiceUnavailable {
+			t.Fatalf("request %d after skewgate restarted inside the grace: %d, want 503: %s", i, r.Code, trim(r.Body))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := plane.UpgradeNode(context.Background(), "node-b", lab.NewVersion, 0, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, c, sg+workloadsPath, http.StatusOK, 30*time.Second)
 }
 
 // restartWhilePeerDown starts node-a's skewgate afresh (with --peers and

@@ -147,8 +147,8 @@ func writeAtomic(path string, data []byte) error {
 // becomes last-known-good (confirmed or replaced by the first fetch), and
 // a peer that is not a member now comes back departed since it was last
 // healthy, so its types answer 503 until the grace ends or it is listed
-// again. A member (the local server too) comes back as one that went
-// down then: until a read after its return is judged it may have come
+// again. Every server (the local one too, and a peer listed only later)
+// comes back as one that went down then: until a read after its return is judged it may have come
 // back on another version, and if it serves less, what it served is held
 // for a grace that begins then — a rollback that happened while skewgate
 // was restarting. A rollback's grace already in force comes back with its
@@ -200,7 +200,10 @@ func (m *Members) restore(servers []savedServer, now time.Time) int {
 		if s.lastHealthy.IsZero() {
 			s.lastHealthy = saved.LastHealthy
 		}
-		if member && !s.unconfirmed {
+		// A peer not listed yet (with --kubeconfig the cluster's list is
+		// read after the restore) is in doubt as much as a member: listed
+		// again, it may have come back on another version meanwhile.
+		if !s.unconfirmed {
 			s.unconfirmed, s.restored, s.downSince = true, true, saved.LastHealthy
 			s.preDown, s.preDownDoc = caps, saved.Doc
 		}

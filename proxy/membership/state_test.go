@@ -395,3 +395,87 @@ func TestStateFileStatus(t *testing.T) {
 		t.Fatalf("after a good write: %+v", st)
 	}
 }
+
+// Bug: with --kubeconfig the state file is restored before the cluster's
+// apiservers are listed, so every peer came back departed, with no doubt
+// on its document: a peer that rolled back while skewgate restarted was
+// taken to serve what it serves now from the start, and its rolled-back
+// type answered 404 at once. Restored before it is listed, a peer still
+// comes back as one that went down when it was last healthy, and the
+// first read after it is listed again judges whether it serves less.
+// Upgraded again inside the grace, it answers the type again.
+func TestPeerRollbackWhileRestartingListedLater(t *testing.T) {
+	clock := time.Now()
+	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
+	const b = "10.0.0.2:6443"
+	path := filepath.Join(t.TempDir(), "state.json")
+	newDoc := workloadsDoc()
+	newDoc.APIs.Items[0].Name = "scheduling.k8s.io"
+	first, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u(b)}, Grace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.now = func() time.Time { return clock }
+	healthy(first, first.localID, &discovery.Doc{}, clock)
+	healthy(first, b, newDoc, clock)
+	if err := first.SaveState(path); err != nil {
+		t.Fatal(err)
+	}
+
+	clock = clock.Add(30 * time.Second) // skewgate restarts; b rolls back meanwhile
+	next, err := New(Config{Local: u("127.0.0.1:6443"), Grace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.now = func() time.Time { return clock }
+	if n, err := next.Restore(path); err != nil || n != 1 {
+		t.Fatalf("restored %d peers (%v), want 1", n, err)
+	}
+	next.SetPeers([]*url.URL{u(b)}) // the cluster's list, read after the restore
+	healthy(next, next.localID, &discovery.Doc{}, clock)
+	if err := next.Ready(); err == nil {
+		t.Error("ready before the listed peer's discovery was read again")
+	}
+	healthy(next, b, &discovery.Doc{}, clock) // back on the old version
+	if d := route.Decide(workloads, next.Table(), false, "c"); d.Rule != route.RuleUnavailable || !slices.Equal(d.Servers, []string{b}) {
+		t.Errorf("the peer rolled back across the restart: rule %s %v (%s), want 5 from %s", d.Rule, d.Servers, d.Reason, b)
+	}
+	if err := next.Ready(); err != nil {
+		t.Errorf("not ready once both were read: %v", err)
+	}
+
+	// Upgraded again inside the grace: down, then back serving workloads.
+	s := next.servers[b]
+	down := errors.New("readyz: 500")
+	s.observe(time.Millisecond, down, clock)
+	s.observe(time.Millisecond, down, clock)
+	next.notePreDown(s)
+	next.publish()
+	if d := route.Decide(workloads, next.Table(), false, "c"); d.Rule != route.RuleUnavailable {
+		t.Errorf("down for its upgrade, inside the grace: rule %s (%s), want 5", d.Rule, d.Reason)
+	}
+	healthy(next, b, newDoc, clock)
+	if d := route.Decide(workloads, next.Table(), false, "c"); d.Route != route.Peer || !slices.Equal(d.Servers, []string{b}) {
+		t.Errorf("upgraded again: %s %v rule %s (%s), want the peer", d.Route, d.Servers, d.Rule, d.Reason)
+	}
+}
+
+// Bug, seen on the lab: a peer inside its rollback's grace that leaves
+// the cluster's list (its graceful shutdown for the next upgrade removes
+// it from the kubernetes EndpointSlice) took its grace with it: what it
+// served before the rollback answered 404 until it was listed again.
+// Departed, it still holds them, as it holds what it serves now.
+func TestDepartedKeepsItsRollbackGrace(t *testing.T) {
+	clock := time.Now()
+	m := rolledBack(t, time.Minute, &clock)
+	clock = clock.Add(10 * time.Second)
+	m.SetPeers(nil)
+	if d := route.Decide(workloads, m.Table(), false, "c"); d.Rule != route.RuleUnavailable || !slices.Equal(d.Servers, []string{"10.0.0.2:6443"}) {
+		t.Errorf("departed inside its rollback's grace: rule %s %v (%s), want 5 from 10.0.0.2", d.Rule, d.Servers, d.Reason)
+	}
+	clock = clock.Add(time.Minute)
+	m.publish()
+	if d := route.Decide(workloads, m.Table(), false, "c"); d.Rule != route.RuleNobody {
+		t.Errorf("the grace over: rule %s (%s), want 6", d.Rule, d.Reason)
+	}
+}

@@ -52,16 +52,20 @@ func (m *Members) publish() {
 			// refresh loop publishes.
 			rs.Unknown = st.Departed == nil && inGrace(st.Joined)
 		}
-		if d := doubts[id]; st.Departed == nil {
+		d := doubts[id]
+		if st.Departed == nil {
 			rs.Unknown = rs.Unknown || d.unconfirmed && inGrace(d.downSince)
-			switch {
-			case d.lost != nil && inGrace(d.lostSince):
-				rs.Lost = d.lost
-			case d.unconfirmed && d.preDown != nil && inGrace(d.downSince):
-				// Until the first read after its return is judged, what
-				// it served before is all routing may assume it lost.
-				rs.Lost = d.preDown
-			}
+		}
+		// A departed server keeps its rollback's grace too: one that
+		// shuts down for its next upgrade leaves the cluster's list
+		// while what it served before the rollback is still held.
+		switch {
+		case d.lost != nil && inGrace(d.lostSince):
+			rs.Lost = d.lost
+		case d.unconfirmed && d.preDown != nil && inGrace(d.downSince):
+			// Until the first read after its return is judged, what it
+			// served before is all routing may assume it lost.
+			rs.Lost = d.preDown
 		}
 		if st.Local {
 			rs.Healthy = localInRouting // rule 3a: away until back, confirmed and settled
