@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -19,6 +20,10 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -77,6 +82,17 @@ func render(t *testing.T, set ...string) objects {
 		args = append(args, "--set", s)
 	}
 	return parse(t, "helm "+strings.Join(args, " "), runHelm(t, args...))
+}
+
+// renderValues is `helm template` with a values file.
+func renderValues(t *testing.T, values string) objects {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(f, []byte(values), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"template", "skewgate", chart, "--namespace", "kube-system", "-f", f}
+	return parse(t, "helm template -f "+values, runHelm(t, args...))
 }
 
 // kustomize renders directories of deploy/kubernetes as `kubectl apply -k`
@@ -238,5 +254,110 @@ func TestChartVersion(t *testing.T) {
 	}
 	if c.AppVersion != string(m[1]) {
 		t.Errorf("Chart.yaml appVersion %q, Makefile RELEASE %q", c.AppVersion, m[1])
+	}
+}
+
+// as converts a rendered object into its typed form.
+func as[T any](t *testing.T, objs objects, key string) *T {
+	t.Helper()
+	o, ok := objs[key]
+	if !ok {
+		t.Fatalf("no %s rendered", key)
+	}
+	var v T
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o, &v, true); err != nil {
+		t.Fatalf("%s: %v", key, err)
+	}
+	return &v
+}
+
+const dsKey = "DaemonSet kube-system/skewgate"
+
+// TestValues: what operators change reaches the objects: the image, the
+// mode and extra flags, the local apiserver, host paths, scheduling,
+// resources, the kubeadm-user credential of the static-pod form, and
+// monitoring's selector label and Prometheus.
+func TestValues(t *testing.T) {
+	objs := renderValues(t, `
+image: {repository: registry.example/skewgate, tag: v9.9.9, pullPolicy: Always}
+steeringMode: always
+localAPIServer: {url: "https://127.0.0.1:6444", serverName: apiserver.example}
+extraArgs: [--steering-window-hold=15m]
+hostPaths: {pkiDir: /srv/pki}
+nodeSelector: {node-role.kubernetes.io/control-plane: null, role: apiserver}
+tolerations: [{operator: Exists}]
+resources: {limits: {memory: 512Mi}}
+podLabels: {team: platform}
+commonLabels: {owner: sre}
+kubeconfig: {enabled: true, user: "system:skewgate-cp"}
+monitoring:
+  enabled: true
+  selectorLabels: {release: prom}
+  prometheus: {serviceAccount: prom-sa, namespace: observability}
+switchPolicy: {enabled: true, writers: [ops]}
+`)
+	ds := as[appsv1.DaemonSet](t, objs, dsKey)
+	spec := ds.Spec.Template.Spec
+	c := spec.Containers[0]
+	if c.Image != "registry.example/skewgate:v9.9.9" || c.ImagePullPolicy != corev1.PullAlways {
+		t.Errorf("image %s (%s)", c.Image, c.ImagePullPolicy)
+	}
+	for _, arg := range []string{
+		"--steering-mode=always", "--local-apiserver=https://127.0.0.1:6444",
+		"--local-apiserver-server-name=apiserver.example", "--steering-window-hold=15m",
+		"--kubeconfig=/etc/kubernetes/skewgate.conf",
+	} {
+		if !slices.Contains(c.Args, arg) {
+			t.Errorf("args %v: no %s", c.Args, arg)
+		}
+	}
+	if !reflect.DeepEqual(spec.NodeSelector, map[string]string{"role": "apiserver"}) ||
+		len(spec.Tolerations) != 1 || spec.Tolerations[0].Operator != corev1.TolerationOpExists {
+		t.Errorf("nodeSelector %v, tolerations %v", spec.NodeSelector, spec.Tolerations)
+	}
+	if got := c.Resources.Limits.Memory().String(); got != "512Mi" {
+		t.Errorf("memory limit %s", got)
+	}
+	if ds.Spec.Template.Labels["team"] != "platform" || ds.Labels["owner"] != "sre" {
+		t.Errorf("pod labels %v, labels %v", ds.Spec.Template.Labels, ds.Labels)
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("kubeconfig.enabled: the ServiceAccount token is still mounted")
+	}
+	hostFiles := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil && v.HostPath.Type != nil && *v.HostPath.Type == corev1.HostPathFile {
+			hostFiles[v.Name] = v.HostPath.Path
+		}
+	}
+	if len(hostFiles) != 7 || hostFiles["kubeconfig"] != "/etc/kubernetes/skewgate.conf" {
+		t.Errorf("hostPath files %v: want the six pki files and the kubeconfig", hostFiles)
+	}
+	for name, path := range hostFiles {
+		if name != "kubeconfig" && !strings.HasPrefix(path, "/srv/pki/") {
+			t.Errorf("volume %s: %s, not under hostPaths.pkiDir", name, path)
+		}
+	}
+	for _, key := range []string{
+		"RoleBinding default/skewgate", "RoleBinding kube-system/skewgate",
+		"ClusterRoleBinding <nil>/skewgate:auth-delegator",
+	} {
+		subj := as[rbacv1.RoleBinding](t, objs, key).Subjects
+		if len(subj) != 1 || subj[0].Kind != rbacv1.UserKind || subj[0].Name != "system:skewgate-cp" {
+			t.Errorf("%s: subjects %+v, want the kubeconfig's user", key, subj)
+		}
+	}
+	for _, key := range []string{"ServiceMonitor kube-system/skewgate", "PrometheusRule kube-system/skewgate"} {
+		if labels := objs[key]["metadata"].(map[string]any)["labels"].(map[string]any); labels["release"] != "prom" || labels["owner"] != "sre" {
+			t.Errorf("%s: labels %v, want release: prom", key, labels)
+		}
+	}
+	subj := as[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding <nil>/skewgate-metrics").Subjects
+	if len(subj) != 1 || subj[0].Name != "prom-sa" || subj[0].Namespace != "observability" {
+		t.Errorf("skewgate-metrics bound to %+v, want observability/prom-sa", subj)
+	}
+	vap := objs["ValidatingAdmissionPolicy <nil>/skewgate-switch-writers"]
+	if got := vap["spec"].(map[string]any)["variables"].([]any)[0].(map[string]any)["expression"]; got != "['ops']" {
+		t.Errorf("switch policy writers %v, want ['ops']", got)
 	}
 }
