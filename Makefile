@@ -52,10 +52,10 @@ lab-build: build
 	$(BIN)/skewlab build $(if $(filter on,$(KUBELET)),--kubelet,) $(if $(filter on,$(KUBEADM)),--kubeadm,)
 
 # The kubelet and kubeadm labs' binaries too (e2e/daemonset,
-# e2e/kubeadm) and the next upgrade's apiserver (e2e/next), so their first
-# build shows its progress here.
+# e2e/kubeadm), helm (deploy/helm's lint and render) and the next upgrade's
+# apiserver (e2e/next), so their first build shows its progress here.
 test: test-deps vet build
-	$(BIN)/skewlab build --kubelet --kubeadm
+	$(BIN)/skewlab build --kubelet --kubeadm --helm
 	$(BIN)/skewlab build --versions v1.37.2
 	$(GOTEST) ./...
 

@@ -12,11 +12,12 @@ import (
 )
 
 // notSkewgate are flags the README names that belong to other programs:
-// kube-apiserver's, kubectl's, make's variables and the lab's.
+// kube-apiserver's, kubectl's, helm's, make's variables and the lab's.
 var notSkewgate = []string{
 	"--tls-server-name", "--server", "--in-tree-proxy", "--cacert", "--cert", "--key",
 	"--nodes", "--dir", "--tag", "--image", "--kubelet", "--skewgate", "--from-literal",
 	"--control-plane", "--upload-certs", "--kubeadm", // kubeadm's, and the lab's kubeadm mode
+	"--namespace", "--set", // helm install's
 }
 
 // flagsOf are the flags of cmd and every subcommand, by name.

@@ -11,7 +11,7 @@ import (
 func newBuildCmd() *cobra.Command {
 	cache := lab.DefaultCacheDir()
 	versions := []string{lab.OldVersion, lab.NewVersion}
-	var kubelet, kubeadm bool
+	var kubelet, kubeadm, helm bool
 	cmd := &cobra.Command{
 		Use:   "build",
 		Short: "Build etcd and the kube-apiservers into the lab cache (reused when present)",
@@ -25,7 +25,12 @@ func newBuildCmd() *cobra.Command {
 				}
 			}
 			if kubeadm {
-				_, err := lab.EnsureKubeadmBinaries(cmd.Context(), cache, versions, os.Stdout)
+				if _, err := lab.EnsureKubeadmBinaries(cmd.Context(), cache, versions, os.Stdout); err != nil {
+					return err
+				}
+			}
+			if helm {
+				_, err := lab.EnsureHelm(cmd.Context(), cache, os.Stdout)
 				return err
 			}
 			return nil
@@ -35,5 +40,6 @@ func newBuildCmd() *cobra.Command {
 	cmd.Flags().StringSliceVar(&versions, "versions", versions, "kube-apiserver versions to build")
 	cmd.Flags().BoolVar(&kubeadm, "kubeadm", false, "also build kubeadm, kube-controller-manager, kube-scheduler and a kubelet per version, and kubectl "+lab.KubectlVersion)
 	cmd.Flags().BoolVar(&kubelet, "kubelet", false, "also build a kubelet per version, kube-controller-manager and kube-scheduler at the oldest, and kubectl "+lab.KubectlVersion)
+	cmd.Flags().BoolVar(&helm, "helm", false, "also build helm "+lab.HelmVersion+" (deploy/helm's lint and render)")
 	return cmd
 }

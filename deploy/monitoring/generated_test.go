@@ -19,6 +19,9 @@ func TestPrometheusRuleIsCurrent(t *testing.T) {
 	requireCurrent(t, "prometheusrule.yaml", want)
 	// The monitoring overlay's copy: kustomize loads no file outside its tree.
 	requireCurrent(t, "../kubernetes/monitoring/prometheusrule.yaml", want)
+	// The Helm chart's, which its template labels (.Files loads no file
+	// outside the chart).
+	requireCurrent(t, "../helm/skewgate/files/prometheusrule.yaml", want)
 }
 
 func TestDashboardIsCurrent(t *testing.T) {
@@ -37,6 +40,7 @@ func TestDashboardConfigMapIsCurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	requireCurrent(t, "../kubernetes/monitoring/dashboard-configmap.yaml", want)
+	requireCurrent(t, "../helm/skewgate/files/dashboard-configmap.yaml", want)
 }
 
 // requireCurrent fails t when the committed file is not want, naming the

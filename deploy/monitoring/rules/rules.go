@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -33,6 +34,7 @@ func PrometheusRule(ruleFile []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	unfold(spec)
 	doc := &yaml.Node{Kind: yaml.DocumentNode, HeadComment: header, Content: []*yaml.Node{
 		mapping(
 			field{"apiVersion", scalar("monitoring.coreos.com/v1")},
@@ -80,6 +82,21 @@ func parseRuleFile(ruleFile []byte) (*yaml.Node, error) {
 		return nil, fmt.Errorf("%w: want a groups list", ErrNotRuleFile)
 	}
 	return top, nil
+}
+
+// unfold writes every folded (>) scalar that keeps a line break as a
+// literal (|) one. The encoder writes such a value (an expr whose lines are
+// more indented than its first) with blank lines that YAML parsers read
+// back differently: PyYAML and sigs.k8s.io/yaml as two line breaks,
+// kustomize's kyaml as three, where the rule file meant one. A literal
+// scalar reads back the same everywhere.
+func unfold(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode && n.Style&yaml.FoldedStyle != 0 && strings.Contains(n.Value, "\n") {
+		n.Style = n.Style&^yaml.FoldedStyle | yaml.LiteralStyle
+	}
+	for _, c := range n.Content {
+		unfold(c)
+	}
 }
 
 func valueOf(m *yaml.Node, key string) *yaml.Node {

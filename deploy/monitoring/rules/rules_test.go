@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 const ruleFile = `# About this file, not the rules.
@@ -87,5 +88,49 @@ func TestPrometheusRuleRejects(t *testing.T) {
 				t.Errorf("error %v does not wrap ErrNotRuleFile", err)
 			}
 		})
+	}
+}
+
+// TestMultilineExprReadsBack: an expr folded over lines more indented than
+// its first reads back as the rule file's value through the PrometheusRule,
+// by kubectl's parser (sigs.k8s.io/yaml) and by this package's
+// (go.yaml.in/yaml/v3, as kustomize's kyaml). Folded, the encoder's output
+// read back with two or three line breaks where the file had one.
+func TestMultilineExprReadsBack(t *testing.T) {
+	const src = `groups:
+  - name: example
+    rules:
+      - alert: Example
+        expr: >-
+          (
+            sum(rate(a[5m]))
+          )
+          > 0.05
+`
+	const want = "(\n  sum(rate(a[5m]))\n) > 0.05"
+	out, err := PrometheusRule([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type rule struct {
+		Spec struct {
+			Groups []struct {
+				Rules []struct {
+					Expr string `json:"expr" yaml:"expr"`
+				} `json:"rules" yaml:"rules"`
+			} `json:"groups" yaml:"groups"`
+		} `json:"spec" yaml:"spec"`
+	}
+	var v3, sigs rule
+	if err := yaml.Unmarshal(out, &v3); err != nil {
+		t.Fatal(err)
+	}
+	if err := sigsyaml.Unmarshal(out, &sigs); err != nil {
+		t.Fatal(err)
+	}
+	for parser, r := range map[string]rule{"yaml/v3": v3, "sigs.k8s.io/yaml": sigs} {
+		if got := r.Spec.Groups[0].Rules[0].Expr; got != want {
+			t.Errorf("%s reads expr %q, want %q; PrometheusRule:\n%s", parser, got, want, out)
+		}
 	}
 }
