@@ -1,11 +1,11 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"slices"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -100,66 +100,75 @@ func waitKubeletVersion(ctx context.Context, p *Plane, n Node, version string) e
 	}
 }
 
-// KubeadmRollback restores on node name the static-pod manifests the last
-// `kubeadm upgrade` backed up (/etc/kubernetes/tmp/kubeadm-backup-manifests-*)
-// and the kubelet configuration it backed up
-// (/etc/kubernetes/tmp/kubeadm-kubelet-config-*/config.yaml), as an
-// operator recovers from a failed upgrade, and waits until the node's
-// apiserver is ready on version. The kubelet keeps running: SetKubelet
-// downgrades it, the operator's next step. etcd's data is not restored
-// (the etcd version did not change; a restore would lose every write
-// since the upgrade).
-func (p *Plane) KubeadmRollback(ctx context.Context, name, version string, timeout time.Duration) error {
+// KubeadmRollback runs on node name the runbook's rollback of a node
+// (docs/runbook.md, step 7, its first block, as written): the static-pod
+// manifests of the control plane that the last `kubeadm upgrade` backed
+// up (/etc/kubernetes/tmp/kubeadm-backup-manifests-*) copied back, etcd's
+// compared, not copied, and the kubelet configuration it backed up
+// (/etc/kubernetes/tmp/kubeadm-kubelet-config-*/config.yaml) — and waits
+// until the node's apiserver is ready on version. The kubelet keeps
+// running: SetKubelet downgrades it, the operator's next step. It returns
+// what the commands printed; it fails if the diff found etcd's manifest
+// changed, since the lab's etcd is one version on both sides.
+func (p *Plane) KubeadmRollback(ctx context.Context, name, version string, timeout time.Duration) (string, error) {
 	n, ok := p.Node(name)
 	if !ok {
-		return fmt.Errorf("no node %s", name)
+		return "", fmt.Errorf("no node %s", name)
 	}
-	dir := p.KubeadmDir(n)
-	manifests, err := lastBackup(dir, "kubeadm-backup-manifests-")
+	out, err := p.NodeShell(ctx, name, RunbookStep("7")[0])
 	if err != nil {
-		return fmt.Errorf("rollback %s: %w", name, err)
+		return out, fmt.Errorf("rollback %s: %w", name, err)
 	}
-	files, err := filepath.Glob(filepath.Join(manifests, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		return fmt.Errorf("rollback %s: no manifests in %s", name, manifests)
+	if !strings.Contains(out, "etcd: unchanged by the upgrade") {
+		return out, fmt.Errorf("rollback %s: etcd's manifest differs from kubeadm's backup:\n%s", name, out)
 	}
-	// The kubelet configuration first: the kubelet reads it when it
-	// restarts, the manifests as soon as they change.
-	if cfg, err := lastBackup(dir, "kubeadm-kubelet-config-"); err == nil {
-		f, err := p.nodeFiles(n)
-		if err != nil {
-			return err
-		}
-		if err := copyFile(filepath.Join(cfg, "config.yaml"), f.path("kubelet/config.yaml")); err != nil {
-			return fmt.Errorf("rollback %s: kubelet config: %w", name, err)
-		}
-	}
-	for _, m := range files {
-		// Written beside and renamed: the kubelet never reads half a file.
-		dst := filepath.Join(dir, "manifests", filepath.Base(m))
-		if err := copyFile(m, dst+".restore"); err != nil {
-			return err
-		}
-		if err := os.Rename(dst+".restore", dst); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintf(p.out, "lab: %s: restored %d manifests of %s\n", name, len(files), filepath.Base(manifests))
+	fmt.Fprintf(p.out, "lab: %s: the runbook's rollback ran:\n%s", name, indent(out))
 	if err := p.waitAPIServerVersion(ctx, n, version, timeout); err != nil {
-		return err
+		return out, err
 	}
-	return p.setVersion(name, version)
+	return out, p.setVersion(name, version)
 }
 
-// lastBackup is the newest directory of kubeadm's under dir/tmp named
-// prefix<timestamp> (kubeadm's timestamps sort by name).
-func lastBackup(dir, prefix string) (string, error) {
-	ds, err := filepath.Glob(filepath.Join(dir, "tmp", prefix+"*"))
-	if err != nil || len(ds) == 0 {
-		return "", fmt.Errorf("no %s* backup in %s", prefix, filepath.Join(dir, "tmp"))
+// indent prefixes every line of s with two spaces.
+func indent(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if s == "" {
+		return ""
 	}
-	slices.Sort(ds)
-	return ds[len(ds)-1], nil
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ") + "\n"
+}
+
+// NodeShell runs script with `sh -e` on node name as its operator would
+// in a root shell: in the node's network and mount namespaces (its
+// /etc/kubernetes, /var/lib/kubelet, bpffs), KUBECONFIG kubeadm's
+// admin.conf, and on PATH the node's binaries, then dirs (kubectl,
+// skewgate: whatever the script calls). It returns stdout and stderr
+// together.
+func (p *Plane) NodeShell(ctx context.Context, name, script string, dirs ...string) (string, error) {
+	n, ok := p.Node(name)
+	if !ok {
+		return "", fmt.Errorf("no node %s", name)
+	}
+	ctrd, ok := p.State.Proc("containerd-" + n.Name)
+	if !ok {
+		return "", fmt.Errorf("shell on %s: no containerd (not a kubeadm or kubelet plane)", n.Name)
+	}
+	f, err := p.nodeFiles(n)
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-ec", script)
+	path := strings.Join(append(append([]string{f.path("bin")}, dirs...), os.Getenv("PATH")), ":")
+	cmd.Env = append(os.Environ(), "PATH="+path, "KUBECONFIG=/etc/kubernetes/admin.conf")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := startInMountNSOf(n, ctrd.PID, cmd); err != nil {
+		return "", fmt.Errorf("shell on %s: %w", n.Name, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		return out.String(), fmt.Errorf("shell on %s: %w\n--- script ---\n%s--- output ---\n%s", n.Name, err, script, out.String())
+	}
+	return out.String(), nil
 }
 
 // waitAPIServerVersion waits until node n's apiserver passes /readyz and

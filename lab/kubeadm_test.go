@@ -235,20 +235,3 @@ func TestKubeadmInTreeProxy(t *testing.T) {
 		t.Errorf("in-tree proxy on: %v", on)
 	}
 }
-
-func TestLastBackup(t *testing.T) {
-	dir := t.TempDir()
-	for _, d := range []string{"kubeadm-backup-manifests-2026-12-01-20-46-15", "kubeadm-backup-manifests-2026-12-01-21-03-02",
-		"kubeadm-backup-etcd-2026-12-01-21-09-00", "kubeadm-kubelet-config-2026-12-01-20-47-00"} {
-		if err := os.MkdirAll(filepath.Join(dir, "tmp", d), 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := lastBackup(dir, "kubeadm-backup-manifests-")
-	if err != nil || filepath.Base(got) != "kubeadm-backup-manifests-2026-12-01-21-03-02" {
-		t.Errorf("lastBackup: %s %v", got, err)
-	}
-	if _, err := lastBackup(dir, "kubeadm-upgraded-manifests"); err == nil {
-		t.Error("lastBackup found a backup that is not there")
-	}
-}

@@ -100,7 +100,8 @@ func moveKubeadm(ctx context.Context, plane *lab.Plane, s step, pres *presence, 
 		apply := !slices.ContainsFunc(plane.Spec.Nodes, func(n lab.Node) bool { return n.Version == s.version })
 		return plane.KubeadmUpgrade(ctx, s.node, s.version, apply)
 	}
-	return plane.KubeadmRollback(ctx, s.node, s.version, stepTimeout)
+	_, err := plane.KubeadmRollback(ctx, s.node, s.version, stepTimeout)
+	return err
 }
 
 // follow polls node's /readyz every 250 ms until ctx ends, marking it

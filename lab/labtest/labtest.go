@@ -110,10 +110,15 @@ func Exclusive(m *testing.M, pkg string, run func(dir string) int) int {
 
 // BuildSkewgate builds skewgate into dir for this run.
 func BuildSkewgate(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "skewgate")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/skewgate/skewgate/cmd/skewgate")
+	return BuildCommand(ctx, dir, "skewgate")
+}
+
+// BuildCommand builds skewgate's command name (cmd/<name>) into dir.
+func BuildCommand(ctx context.Context, dir, name string) (string, error) {
+	bin := filepath.Join(dir, name)
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/skewgate/skewgate/cmd/"+name)
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build skewgate: %v\n%s", err, out)
+		return "", fmt.Errorf("build %s: %v\n%s", name, err, out)
 	}
 	return bin, nil
 }

@@ -25,7 +25,9 @@ const workloadsPath = "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workl
 // TestKubeadm is the check, in order: the cluster kubeadm built, the
 // DaemonSet on it, the upgrade of node-a with the DaemonSet running, the
 // v1.36-only resource through node-b (200 through skewgate, the false 404
-// with steering off).
+// with steering off), and node-a's rollback with its grace. The
+// runbook's commands run as written where the upgrade reaches them
+// (runbook_test.go).
 func TestKubeadm(t *testing.T) {
 	a, b := plane.Spec.Nodes[0], plane.Spec.Nodes[1]
 	c := admin(t)
@@ -47,12 +49,13 @@ func TestKubeadm(t *testing.T) {
 		want(t, b, http.StatusNotFound, "", "one version, mode auto: the apiserver's own answer")
 		// The runbook's first step before kubeadm upgrade: arm the cluster.
 		armed := time.Now()
-		setSteering(t, c, "always")
+		runbook(t, a, "1", 0)
 		waitSteering(t, true, 30*time.Second)
 		t.Logf("kube-system/skewgate steering=always: steering on every node after %s", time.Since(armed).Round(time.Millisecond))
 		want(t, b, http.StatusNotFound, "local", "before the upgrade (nobody serves it: the genuine 404)")
 		// The runbook's step 0, on the armed cluster.
 		preflight(t)
+		runbook(t, b, "0", 0)
 	})
 	if t.Failed() {
 		t.FailNow()
@@ -82,37 +85,32 @@ func TestKubeadm(t *testing.T) {
 		t.FailNow()
 	}
 	t.Run("skew", func(t *testing.T) {
-		pins := "--pin-path=" + lab.KubeletPinPath(b)
 		wantEventually(t, b, http.StatusOK, "peer", "through old node-b's address", time.Minute)
 		want(t, a, http.StatusOK, "local", "through node-a's address")
 		rollbackPlan(t)
-		t.Logf("steer off: %s", labtest.RunSkewgate(t, skewgateBin, "steer", "off", pins))
+		runbook(t, a, "0", 1)
+		// The runbook's step 6, on one node (on its pinned maps), then
+		// on every node.
+		runbook(t, b, "6", 0)
 		want(t, b, http.StatusNotFound, "", "steering off on node-b (the false 404)")
-		t.Logf("steer on: %s", labtest.RunSkewgate(t, skewgateBin, "steer", "on", pins))
+		shell(t, b, "skewgate steer on --pin-path=/sys/fs/bpf/skewgate")
 		want(t, b, http.StatusOK, "peer", "steering on again")
+		runbook(t, a, "6", 1)
+		waitSteering(t, false, 30*time.Second)
+		want(t, b, http.StatusNotFound, "", "steering off on every node (the false 404)")
+		shell(t, a, `kubectl -n kube-system patch configmap skewgate -p '{"data":{"steering":"always"}}'`)
+		waitSteering(t, true, 30*time.Second)
+		want(t, b, http.StatusOK, "peer", "armed again")
 		// Disarmed mid-upgrade, mode auto keeps steering: the versions
 		// differ, the skew window is open.
-		setSteering(t, c, "")
+		runbook(t, a, "8", 1)
 		time.Sleep(2 * time.Second)
 		want(t, b, http.StatusOK, "peer", "disarmed while the versions differ (mode auto, in the window)")
 	})
-}
-
-// setSteering sets the cluster's steering switch, kube-system/skewgate
-// (mode "" deletes it).
-func setSteering(t *testing.T, c kubernetes.Interface, mode string) {
-	t.Helper()
-	ctx, cms := context.Background(), c.CoreV1().ConfigMaps("kube-system")
-	if mode == "" {
-		if err := cms.Delete(ctx, "skewgate", metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		return
+	if t.Failed() {
+		t.FailNow()
 	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "skewgate"}, Data: map[string]string{"steering": mode}}
-	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	t.Run("rollback", func(t *testing.T) { rollback(t, c) })
 }
 
 // cluster: both nodes Ready as kubeadm registered them, each running

@@ -86,6 +86,9 @@ func setup(ctx context.Context, dir string) error {
 	if skewgateBin, err = labtest.BuildSkewgate(ctx, dir); err != nil {
 		return err
 	}
+	if err := runbookTools(ctx, dir); err != nil {
+		return err
+	}
 	root, err := filepath.Abs("../../..")
 	if err != nil {
 		return err
