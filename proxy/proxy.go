@@ -192,6 +192,10 @@ func (p *Proxy) Start(ctx context.Context) error {
 		return nil
 	}
 	p.cfg.Log.Info("following the cluster's apiservers", "credentials", source)
+	if rc.Host == p.local.String() {
+		// Through a peer while the local apiserver is away.
+		rc = failoverConfig(rc, p.Members)
+	}
 	client, err := clusterClient(rc, p.cfg.UserAgent)
 	if err != nil {
 		return fmt.Errorf("%s: %w", source, err)

@@ -249,35 +249,9 @@ func positive(a answer) ([]byte, bool) {
 }
 
 // PeerDelegates returns, each time it is called, rc toward every healthy
-// peer apiserver m knows, for the secure admin listener to ask when its
-// own apiserver does not answer. Each must prove itself an apiserver of
-// this cluster before a token is sent to it: its serving certificate,
-// verified by rc's CA, must name kubernetes.default.svc (every
-// kube-apiserver's does; a kubelet's, also signed by the cluster CA,
-// never does). Without certificate verification (rc insecure) there are
-// none.
+// peer apiserver m knows that proves itself one (membership.PeerConfigs),
+// for the secure admin listener to ask when its own apiserver does not
+// answer.
 func PeerDelegates(rc *rest.Config, m *membership.Members) func() []*rest.Config {
-	return func() []*rest.Config { return peerConfigs(rc, m.Statuses()) }
-}
-
-// apiserverServiceName is the name every kube-apiserver's serving
-// certificate carries (kubeadm's apiserver.crt, and the self-signed one
-// kube-apiserver makes).
-const apiserverServiceName = "kubernetes.default.svc"
-
-func peerConfigs(rc *rest.Config, members []membership.Status) []*rest.Config {
-	if rc == nil || rc.Insecure {
-		return nil
-	}
-	var out []*rest.Config
-	for _, st := range members {
-		if st.Local || !st.Healthy || st.Departed != nil {
-			continue
-		}
-		c := rest.CopyConfig(rc)
-		c.Host = st.URL
-		c.TLSClientConfig.ServerName = apiserverServiceName
-		out = append(out, c)
-	}
-	return out
+	return func() []*rest.Config { return membership.PeerConfigs(rc, m.Statuses()) }
 }

@@ -289,7 +289,7 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 			fr.SetIdentity = moreIdentity
 		}
 		resp, at, err := roundTrip(req, b, fr.Anonymous, fr.SetIdentity)
-		if err == nil && notTaken(resp) {
+		if err == nil && NotTaken(resp) {
 			done(errCaller) // it answered, but as no server in routing would
 			closeBody(refused)
 			refused, refusedBy = resp, b

@@ -29,9 +29,9 @@ const (
 // maxNotTaken is more than either answer's body.
 const maxNotTaken = 512
 
-// notTaken reports whether resp is a shutting-down apiserver's refusal of
+// NotTaken reports whether resp is a shutting-down apiserver's refusal of
 // a request it never began. It keeps resp's body readable.
-func notTaken(resp *http.Response) bool {
+func NotTaken(resp *http.Response) bool {
 	switch {
 	case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "1" &&
 		resp.Header.Get("Content-Type") == "application/json":

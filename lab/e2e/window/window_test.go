@@ -248,6 +248,20 @@ func TestAutoMode(t *testing.T) {
 		crd(t, "node-b", true)
 		time.Sleep(12 * time.Second) // more than a discovery refresh
 		crd(t, "node-b", false)
+		// An aggregated API that no server can reach, then removed.
+		apiService(t, "node-b", true)
+		time.Sleep(12 * time.Second)
+		apiService(t, "node-b", false)
+		// etcd stalls for 3 s (a defrag, a slow disk): every server's
+		// /readyz fails at once.
+		etcd, _ := plane.State.Proc("etcd")
+		if err := unix.Kill(etcd.PID, unix.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second)
+		if err := unix.Kill(etcd.PID, unix.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
 		// node-a cannot reach node-b for 30 s.
 		partition(t, "node-a", "node-b", 30*time.Second)
 		time.Sleep(5 * time.Second) // probes, discovery and version re-read
@@ -346,19 +360,37 @@ func oversized(t *testing.T, name string) {
 // crd creates (or deletes) a namespaced CRD through node name's apiserver.
 func crd(t *testing.T, name string, create bool) {
 	t.Helper()
+	object(t, name, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "widgets.routine.skewgate.test", create,
+		`{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"widgets.routine.skewgate.test"},
+"spec":{"group":"routine.skewgate.test","scope":"Namespaced","names":{"plural":"widgets","singular":"widget","kind":"Widget"},
+"versions":[{"name":"v1","served":true,"storage":true,"schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}]}}`)
+}
+
+// apiService creates (or deletes) through node name an aggregated API
+// whose backend Service does not exist: each server's availability
+// controller marks it unavailable at its own instant, as a metrics-server
+// rollout flips one on each server in turn.
+func apiService(t *testing.T, name string, create bool) {
+	t.Helper()
+	object(t, name, "/apis/apiregistration.k8s.io/v1/apiservices", "v1beta1.metrics.routine.skewgate.test", create,
+		`{"apiVersion":"apiregistration.k8s.io/v1","kind":"APIService","metadata":{"name":"v1beta1.metrics.routine.skewgate.test"},
+"spec":{"group":"metrics.routine.skewgate.test","version":"v1beta1","groupPriorityMinimum":100,"versionPriority":100,
+"insecureSkipTLSVerify":true,"service":{"namespace":"kube-system","name":"no-such-metrics-server","port":443}}}`)
+}
+
+// object creates (body, into collection) or deletes (collection/obj)
+// one object through node name as the lab admin.
+func object(t *testing.T, name, collection, obj string, create bool, body string) {
+	t.Helper()
 	n, _ := plane.Node(name)
 	c, err := plane.AdminHTTPClient()
 	if err != nil {
 		t.Fatal(err)
 	}
-	const path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-	req, _ := http.NewRequest(http.MethodDelete, n.URL()+path+"/widgets.routine.skewgate.test", nil)
+	req, _ := http.NewRequest(http.MethodDelete, n.URL()+collection+"/"+obj, nil)
 	want := http.StatusOK
 	if create {
-		body := `{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"widgets.routine.skewgate.test"},
-"spec":{"group":"routine.skewgate.test","scope":"Namespaced","names":{"plural":"widgets","singular":"widget","kind":"Widget"},
-"versions":[{"name":"v1","served":true,"storage":true,"schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}]}}`
-		req, _ = http.NewRequest(http.MethodPost, n.URL()+path, strings.NewReader(body))
+		req, _ = http.NewRequest(http.MethodPost, n.URL()+collection, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		want = http.StatusCreated
 	}
@@ -368,7 +400,7 @@ func crd(t *testing.T, name string, create bool) {
 	}
 	resp.Body.Close()
 	if resp.StatusCode != want {
-		t.Fatalf("%s CRD: %s", req.Method, resp.Status)
+		t.Fatalf("%s %s: %s", req.Method, obj, resp.Status)
 	}
 }
 
