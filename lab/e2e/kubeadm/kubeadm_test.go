@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +25,8 @@ import (
 const workloadsPath = "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads"
 
 // TestKubeadm is the check, in order: the cluster kubeadm built, the
-// DaemonSet on it, the upgrade of node-a with the DaemonSet running, the
+// DaemonSet on it, the upgrade of node-a with the DaemonSet running (its
+// metrics scraped throughout on the secure admin listener), the
 // v1.36-only resource through node-b (200 through skewgate, the false 404
 // with steering off), and node-a's rollback with its grace. The
 // runbook's commands run as written where the upgrade reaches them
@@ -62,9 +65,11 @@ func TestKubeadm(t *testing.T) {
 	}
 	t.Run("upgrade", func(t *testing.T) {
 		t0 := time.Now()
+		scrape := scrapeDuring(t, a)
 		if err := plane.KubeadmUpgrade(context.Background(), a.Name, lab.NewVersion, true); err != nil {
 			t.Fatal(err)
 		}
+		scrape.end(t, a)
 		t.Logf("kubeadm upgrade apply %s on %s in %s; its log (klog lines left out):\n%s", lab.NewVersion, a.Name,
 			time.Since(t0).Round(100*time.Millisecond), kubeadmOutput(t, a, "upgrade apply"))
 		for n, v := range map[lab.Node]string{a: lab.NewVersion, b: lab.OldVersion} {
@@ -275,4 +280,80 @@ func kubeadmOutput(t *testing.T, n lab.Node, sub string) string {
 		fmt.Fprintln(&b, "  "+line)
 	}
 	return b.String()
+}
+
+// scraper reads node n's skewgate metrics on its secure admin listener
+// every 500 ms, as Prometheus does, with the lab admin's certificate:
+// the listener asks an apiserver to authenticate and authorize each
+// scrape, and must keep answering while its own apiserver restarts.
+type scraper struct {
+	stop                 chan struct{}
+	done                 chan struct{}
+	ok, failed, whileOut int
+	firstErr             string
+}
+
+// localOut is a scrape taken while skewgate found its own apiserver out.
+var localOut = regexp.MustCompile(`(?m)^skewgate_server_healthy\{local="true"[^}]*\} 0$`)
+
+func scrapeDuring(t *testing.T, n lab.Node) *scraper {
+	t.Helper()
+	c, err := plane.AdminHTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &scraper{stop: make(chan struct{}), done: make(chan struct{})}
+	url := fmt.Sprintf("https://%s:16444/metrics", n.IP)
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-tick.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			resp, err := c.Do(req)
+			var body []byte
+			if err == nil {
+				body, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err == nil && resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body[:min(len(body), 200)])))
+				}
+			}
+			cancel()
+			switch {
+			case err != nil:
+				s.failed++
+				if s.firstErr == "" {
+					s.firstErr = fmt.Sprintf("%s: %v", time.Now().Format(time.TimeOnly), err)
+				}
+			default:
+				s.ok++
+				if localOut.Match(body) {
+					s.whileOut++
+				}
+			}
+		}
+	}()
+	return s
+}
+
+// end stops the scraper and fails t if a scrape failed, or if none was
+// taken while the local apiserver was out (then the test proved nothing).
+func (s *scraper) end(t *testing.T, n lab.Node) {
+	t.Helper()
+	close(s.stop)
+	<-s.done
+	t.Logf("%s: secure admin listener scraped %d times through the upgrade, %d of them while its apiserver was out; %d failed", n.Name, s.ok, s.whileOut, s.failed)
+	if s.failed > 0 {
+		t.Errorf("%s: %d scrapes failed (first: %s): monitoring went dark during the restart it covers", n.Name, s.failed, s.firstErr)
+	}
+	if s.whileOut == 0 {
+		t.Errorf("%s: no scrape while its apiserver was out", n.Name)
+	}
 }
