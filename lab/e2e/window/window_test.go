@@ -231,14 +231,7 @@ func TestAutoMode(t *testing.T) {
 		}
 		// A peer stalled for 3 s (a GC pause, an etcd defrag): its
 		// /readyz does not answer.
-		b, _ := plane.State.Proc("node-b")
-		if err := unix.Kill(b.PID, unix.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(3 * time.Second)
-		if err := unix.Kill(b.PID, unix.SIGCONT); err != nil {
-			t.Fatal(err)
-		}
+		stall(t, "node-b", 3*time.Second)
 		// Oversized anonymous requests to skewgate's own listener.
 		for range 5 {
 			oversized(t, "node-a")
@@ -254,14 +247,7 @@ func TestAutoMode(t *testing.T) {
 		apiService(t, "node-b", false)
 		// etcd stalls for 3 s (a defrag, a slow disk): every server's
 		// /readyz fails at once.
-		etcd, _ := plane.State.Proc("etcd")
-		if err := unix.Kill(etcd.PID, unix.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(3 * time.Second)
-		if err := unix.Kill(etcd.PID, unix.SIGCONT); err != nil {
-			t.Fatal(err)
-		}
+		stall(t, "etcd", 3*time.Second)
 		// node-a cannot reach node-b for 30 s.
 		partition(t, "node-a", "node-b", 30*time.Second)
 		time.Sleep(5 * time.Second) // probes, discovery and version re-read
@@ -364,6 +350,22 @@ func crd(t *testing.T, name string, create bool) {
 		`{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"widgets.routine.skewgate.test"},
 "spec":{"group":"routine.skewgate.test","scope":"Namespaced","names":{"plural":"widgets","singular":"widget","kind":"Widget"},
 "versions":[{"name":"v1","served":true,"storage":true,"schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}]}}`)
+}
+
+// stall stops the lab's process name (SIGSTOP) for d, then lets it go on.
+func stall(t *testing.T, name string, d time.Duration) {
+	t.Helper()
+	p, ok := plane.State.Proc(name)
+	if !ok {
+		t.Fatalf("no lab process %s", name)
+	}
+	if err := unix.Kill(p.PID, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(d)
+	if err := unix.Kill(p.PID, unix.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // apiService creates (or deletes) through node name an aggregated API
