@@ -229,12 +229,12 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 	}
 	if d.Rule == route.RuleLocal {
 		// Made only when the local server failed the request.
-		fr.Fallback = func() ([]*forward.Backend, func(http.Header)) {
+		fr.Fallback = func() ([]*forward.Backend, forward.Identity) {
 			key := ""
 			if x.req.Watch() {
 				key = clientKey(r, x.caller)
 			}
-			return h.members.Backends(route.Fallback(x.req, h.members.Table(), key)), h.identity(x.caller, true)
+			return h.members.Backends(route.Fallback(x.req, h.members.Table(), key)), forward.Identity{Anonymous: x.caller.User == nil, Set: h.identity(x.caller, true)}
 		}
 	}
 	forward.Forward(w, r, fr)
