@@ -70,6 +70,9 @@ type exchange struct {
 	// tokenAccepted: an apiserver authenticated the caller's bearer token
 	// (see mayKnowRoute).
 	tokenAccepted bool
+	// reviewed is the user an apiserver's review of the caller's bearer
+	// token named, once a request of it goes to a peer (see toPeers).
+	reviewed *Caller
 	// self: the caller presented skewgate's own front-proxy certificate
 	// (its steering probe).
 	self bool
@@ -204,16 +207,23 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 	case d.Absent():
 		h.members.RefreshSoon() // maybe a CRD or API nobody listed yet
 	}
+	if d.Route == route.Peer && !h.reviewToken(w, r, x) {
+		return
+	}
 	w.Header().Set(forward.HeaderRoute, string(d.Route))
 	fr := forward.Request{
 		Candidates:  h.members.Backends(d.Servers),
 		Idempotent:  x.req.Idempotent(),
 		Failed:      h.forwardFailed,
 		Anonymous:   x.caller.User == nil,
-		SetIdentity: h.identity(x.caller, x.marked || d.Route == route.Peer),
+		SetIdentity: h.identity(x.caller, x.marked),
 		ShowErrors:  x.caller.User != nil,
 		LongRunning: x.req.LongRunning(),
 		End:         x.end,
+	}
+	if d.Route == route.Peer {
+		id := h.toPeers(x)
+		fr.Anonymous, fr.SetIdentity = id.Anonymous, id.Set
 	}
 	if x.caller.User == nil && !x.caller.Peer {
 		fr.Busy = func(w http.ResponseWriter, r *http.Request, server string) {
@@ -234,7 +244,11 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 			if x.req.Watch() {
 				key = clientKey(r, x.caller)
 			}
-			return h.members.Backends(route.Fallback(x.req, h.members.Table(), key)), forward.Identity{Anonymous: x.caller.User == nil, Set: h.identity(x.caller, true)}
+			peers := h.members.Backends(route.Fallback(x.req, h.members.Table(), key))
+			if len(peers) == 0 || !h.reviewedForFallback(r, x) {
+				return nil, forward.Identity{}
+			}
+			return peers, h.toPeers(x)
 		}
 	}
 	forward.Forward(w, r, fr)

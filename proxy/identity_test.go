@@ -72,6 +72,7 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 			switch r.Header.Get("Authorization") {
 			case "Bearer good":
 				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, goodReview)
 			case "Bearer busy":
 				w.Header().Set("Retry-After", "1")
 				w.WriteHeader(http.StatusTooManyRequests)
@@ -185,6 +186,13 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 	rig.addr = ln.Addr().String()
 	return rig
 }
+
+// goodReview is the stand-in's SelfSubjectReview for the token "good": a
+// ServiceAccount's, as kube-apiserver answers it.
+const goodReview = `{"kind":"SelfSubjectReview","apiVersion":"authentication.k8s.io/v1","metadata":{"creationTimestamp":null},` +
+	`"status":{"userInfo":{"username":"system:serviceaccount:kube-system:generic-garbage-collector","uid":"4f7c",` +
+	`"groups":["system:serviceaccounts","system:serviceaccounts:kube-system","system:authenticated"],` +
+	`"extra":{"authentication.kubernetes.io/credential-id":["JTI=9a1b"],"authentication.kubernetes.io/node-name":["node-a"]}}}}`
 
 // discoveryDocs are the stand-in's aggregated discovery: configmaps in
 // core/v1, no groups.
