@@ -47,7 +47,7 @@ type Backend struct {
 	ID  string
 	URL *url.URL
 	// peer: Trust.Peer.
-	peer bool
+	peer      bool
 	transport *http.Transport
 	// anonymous presents no client certificate. kube-apiserver fails a
 	// request whose certificate it cannot verify instead of treating it as
