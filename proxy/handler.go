@@ -63,8 +63,8 @@ type exchange struct {
 	// skewgate sends to a peer carries it (set last, in the round
 	// tripper, whoever the caller), and a marked request is always
 	// answered locally: so a request crosses at most one skewgate-to-peer
-	// hop, bearer-token and anonymous ones too, whose forwarded copies no
-	// peer could verify. A client that forges the mark only forces the
+	// hop, anonymous ones too, whose forwarded copies no peer could
+	// verify. A client that forges the mark only forces the
 	// answer of the server it reached, which it could ask directly.
 	marked bool
 	// tokenAccepted: an apiserver authenticated the caller's bearer token

@@ -47,7 +47,8 @@ type Request struct {
 	Failed func(id string, kind FailureKind, err error)
 	// Anonymous requests carry no identity from skewgate (a bearer token
 	// or nothing): they go without the front-proxy certificate, so the
-	// apiserver judges them exactly as if they had come directly.
+	// apiserver judges them exactly as if they had come directly. To a
+	// peer a bearer token never goes (ErrTokenToPeer).
 	Anonymous bool
 	// SetIdentity writes the identity headers (and the peer mark) onto
 	// the request to the backend. It runs last, in the round tripper,
