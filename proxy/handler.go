@@ -63,13 +63,16 @@ type exchange struct {
 	// skewgate sends to a peer carries it (set last, in the round
 	// tripper, whoever the caller), and a marked request is always
 	// answered locally: so a request crosses at most one skewgate-to-peer
-	// hop, bearer-token and anonymous ones too, whose forwarded copies no
-	// peer could verify. A client that forges the mark only forces the
+	// hop, anonymous ones too, whose forwarded copies no peer could
+	// verify. A client that forges the mark only forces the
 	// answer of the server it reached, which it could ask directly.
 	marked bool
 	// tokenAccepted: an apiserver authenticated the caller's bearer token
 	// (see mayKnowRoute).
 	tokenAccepted bool
+	// reviewed is the user an apiserver's review of the caller's bearer
+	// token named, once a request of it goes to a peer (see toPeers).
+	reviewed *Caller
 	// self: the caller presented skewgate's own front-proxy certificate
 	// (its steering probe).
 	self bool
@@ -204,16 +207,23 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 	case d.Absent():
 		h.members.RefreshSoon() // maybe a CRD or API nobody listed yet
 	}
+	if d.Route == route.Peer && !h.reviewToken(w, r, x) {
+		return
+	}
 	w.Header().Set(forward.HeaderRoute, string(d.Route))
 	fr := forward.Request{
 		Candidates:  h.members.Backends(d.Servers),
 		Idempotent:  x.req.Idempotent(),
 		Failed:      h.forwardFailed,
 		Anonymous:   x.caller.User == nil,
-		SetIdentity: h.identity(x.caller, x.marked || d.Route == route.Peer),
+		SetIdentity: h.identity(x.caller, x.marked),
 		ShowErrors:  x.caller.User != nil,
 		LongRunning: x.req.LongRunning(),
 		End:         x.end,
+	}
+	if d.Route == route.Peer {
+		id := h.toPeers(x)
+		fr.Anonymous, fr.SetIdentity = id.Anonymous, id.Set
 	}
 	if x.caller.User == nil && !x.caller.Peer {
 		fr.Busy = func(w http.ResponseWriter, r *http.Request, server string) {
@@ -229,12 +239,16 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 	}
 	if d.Rule == route.RuleLocal {
 		// Made only when the local server failed the request.
-		fr.Fallback = func() ([]*forward.Backend, func(http.Header)) {
+		fr.Fallback = func() ([]*forward.Backend, forward.Identity) {
 			key := ""
 			if x.req.Watch() {
 				key = clientKey(r, x.caller)
 			}
-			return h.members.Backends(route.Fallback(x.req, h.members.Table(), key)), h.identity(x.caller, true)
+			peers := h.members.Backends(route.Fallback(x.req, h.members.Table(), key))
+			if len(peers) == 0 || !h.reviewedForFallback(r, x) {
+				return nil, forward.Identity{}
+			}
+			return peers, h.toPeers(x)
 		}
 	}
 	forward.Forward(w, r, fr)

@@ -57,29 +57,19 @@ type identityRig struct {
 	// its steering probe presents.
 	frontProxy tls.Certificate
 	roots      *x509.CertPool
-	members    *membership.Members
-	handler    *Handler
-	mu         sync.Mutex
-	got        []seen
+	// ca signs the rig's client and peers' certificates.
+	ca      *lab.CA
+	members *membership.Members
+	handler *Handler
+	mu      sync.Mutex
+	got     []seen
 }
 
 func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 	rig := &identityRig{}
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
-			// As kube-apiserver: only the token "good" authenticates;
-			// "busy" meets its max-in-flight limit, "broken" a failure.
-			switch r.Header.Get("Authorization") {
-			case "Bearer good":
-				w.WriteHeader(http.StatusCreated)
-			case "Bearer busy":
-				w.Header().Set("Retry-After", "1")
-				w.WriteHeader(http.StatusTooManyRequests)
-			case "Bearer broken":
-				w.WriteHeader(http.StatusInternalServerError)
-			default:
-				w.WriteHeader(http.StatusUnauthorized)
-			}
+			review(w, r)
 			return
 		}
 		// Any other request with a credential but "good" gets 401,
@@ -136,7 +126,11 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 	rig.roots = x509.NewCertPool()
 	rig.roots.AddCert(ca.Cert)
 
-	upCA, err := dynamiccertificates.NewStaticCAContent("up", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw}))
+	// The stand-in's own certificate, and the lab CA that signs peers'
+	// (see newPeerStandIn).
+	rig.ca = ca
+	upCA, err := dynamiccertificates.NewStaticCAContent("up", append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw})...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,6 +179,31 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 	rig.addr = ln.Addr().String()
 	return rig
 }
+
+// review answers a SelfSubjectReview as kube-apiserver: only the token
+// "good" authenticates; "busy" meets its max-in-flight limit, "broken" a
+// failure.
+func review(w http.ResponseWriter, r *http.Request) {
+	switch r.Header.Get("Authorization") {
+	case "Bearer good":
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, goodReview)
+	case "Bearer busy":
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+	case "Bearer broken":
+		w.WriteHeader(http.StatusInternalServerError)
+	default:
+		w.WriteHeader(http.StatusUnauthorized)
+	}
+}
+
+// goodReview is the stand-in's SelfSubjectReview for the token "good": a
+// ServiceAccount's, as kube-apiserver answers it.
+const goodReview = `{"kind":"SelfSubjectReview","apiVersion":"authentication.k8s.io/v1","metadata":{"creationTimestamp":null},` +
+	`"status":{"userInfo":{"username":"system:serviceaccount:kube-system:generic-garbage-collector","uid":"4f7c",` +
+	`"groups":["system:serviceaccounts","system:serviceaccounts:kube-system","system:authenticated"],` +
+	`"extra":{"authentication.kubernetes.io/credential-id":["JTI=9a1b"],"authentication.kubernetes.io/node-name":["node-a"]}}}}`
 
 // discoveryDocs are the stand-in's aggregated discovery: configmaps in
 // core/v1, no groups.

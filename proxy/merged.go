@@ -142,7 +142,14 @@ func (h *Handler) localAllows(w http.ResponseWriter, r *http.Request, x *exchang
 		forward.Unavailable(w, r, "no local apiserver")
 		return false
 	}
-	resp, err := local[0].Send(r, x.caller.User == nil, h.identity(x.caller, x.marked))
+	id := forward.Identity{Anonymous: x.caller.User == nil, Set: h.identity(x.caller, x.marked)}
+	if local[0].IsPeer() {
+		if !h.reviewToken(w, r, x) {
+			return false
+		}
+		id = h.toPeers(x)
+	}
+	resp, err := local[0].Send(r, id.Anonymous, id.Set)
 	if err != nil {
 		h.sendFailed(w, r, x, local[0].ID, err)
 		return false

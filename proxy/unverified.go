@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/skewgate/skewgate/proxy/forward"
 	"github.com/skewgate/skewgate/proxy/route"
@@ -38,26 +42,29 @@ type credentialCache struct {
 
 type credentialVerdict struct {
 	status int // of the SelfSubjectReview: 201 authenticated, 401 not
-	at     time.Time
+	// user is who the review named (status 201), as identity headers
+	// made once: what a peer gets instead of the token.
+	user Caller
+	at   time.Time
 }
 
-func (c *credentialCache) get(key [32]byte, now time.Time) (int, bool) {
+func (c *credentialCache) get(key [32]byte, now time.Time) (credentialVerdict, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v, ok := c.verdicts[key]
 	if !ok || now.Sub(v.at) > credentialTTL {
-		return 0, false
+		return credentialVerdict{}, false
 	}
-	return v.status, true
+	return v, true
 }
 
-func (c *credentialCache) put(key [32]byte, status int, now time.Time) {
+func (c *credentialCache) put(key [32]byte, v credentialVerdict) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.verdicts == nil || len(c.verdicts) >= 4096 {
 		c.verdicts = map[[32]byte]credentialVerdict{} // bounded: a flood of tokens costs lookups, not memory
 	}
-	c.verdicts[key] = credentialVerdict{status, now}
+	c.verdicts[key] = v
 }
 
 // selfReview asks nothing but who the caller is; every authenticated user
@@ -73,7 +80,7 @@ func (h *Handler) mayTell(w http.ResponseWriter, r *http.Request, x *exchange) b
 		return true
 	}
 	if auth := r.Header.Get("Authorization"); auth != "" {
-		switch status := h.tokenVerdict(r.Context(), auth); status {
+		switch v := h.tokenVerdict(r.Context(), auth); v.status {
 		case http.StatusCreated:
 			x.tokenAccepted = true
 			return true
@@ -81,7 +88,7 @@ func (h *Handler) mayTell(w http.ResponseWriter, r *http.Request, x *exchange) b
 			reject(w, r, apierrors.NewUnauthorized("Unauthorized"))
 			return false
 		default:
-			h.undecided(w, r, x, status)
+			h.undecided(w, r, x, v.status)
 			return false
 		}
 	}
@@ -116,23 +123,27 @@ func (h *Handler) undecided(w http.ResponseWriter, r *http.Request, x *exchange,
 
 // tokenVerdict asks the local apiserver (while it is away, healthy peers
 // first) to authenticate a token: the status of a SelfSubjectReview made
-// with it. A server that cannot tell (429, a failure, no answer) hands the
-// question to the next healthy server: they share the cluster's
-// authenticators. It returns the last inconclusive status, 0 when no
-// server answered at all.
-func (h *Handler) tokenVerdict(ctx context.Context, auth string) int {
+// with it, and for 201 the user it named. A server that cannot tell (429, a
+// failure, no answer, a review it did not fill in) hands the question to
+// the next healthy server: they share the cluster's authenticators. It
+// returns the last inconclusive status, 0 when no server answered at all.
+//
+// A token goes only to the local apiserver and to peers whose certificates
+// proved them apiservers in the handshake (forward.ProveAPIServer), and only
+// in this review: to a peer, a caller's request goes as the reviewed user.
+func (h *Handler) tokenVerdict(ctx context.Context, auth string) credentialVerdict {
 	key, now := sha256.Sum256([]byte(auth)), time.Now()
-	if status, ok := h.tokens.get(key, now); ok {
-		return status
+	if v, ok := h.tokens.get(key, now); ok {
+		return v
 	}
 	t := h.members.Table()
 	ids := append([]string{h.members.LocalID()}, healthyPeers(t)...)
 	if !t.Local.Healthy {
 		ids = append(healthyPeers(t), h.members.LocalID())
 	}
-	last := 0
+	last := credentialVerdict{}
 	for _, b := range h.members.Backends(ids) {
-		status, err := selfSubjectReview(ctx, b, auth)
+		status, u, err := selfSubjectReview(ctx, b, auth)
 		if err != nil {
 			if kind, ok := forward.Blame(err); ok {
 				h.forwardFailed(b.ID, kind, err)
@@ -140,35 +151,64 @@ func (h *Handler) tokenVerdict(ctx context.Context, auth string) int {
 			if ctx.Err() != nil || errors.As(err, new(*forward.CallerError)) && !errors.Is(err, context.DeadlineExceeded) {
 				// The caller left, or its token cannot be sent (the
 				// transport refused it): no server will tell.
-				return 0
+				return credentialVerdict{}
 			}
 			continue // the next server may tell
 		}
 		switch status {
 		case http.StatusCreated, http.StatusUnauthorized:
-			h.tokens.put(key, status, now)
-			return status
+			v := credentialVerdict{status: status, at: now}
+			if u != nil {
+				v.user = Caller{User: u, identity: http.Header{}}
+				h.auth.rh.Names.set(v.user.identity, u)
+			}
+			h.tokens.put(key, v)
+			return v
 		}
-		last = status
+		last.status = status
 	}
 	return last
 }
 
+// maxReviewBytes bounds the SelfSubjectReview read: a user's groups and
+// extra fit easily.
+const maxReviewBytes = 1 << 20
+
 // selfSubjectReview makes a SelfSubjectReview with auth on b and returns
-// its status code.
-func selfSubjectReview(ctx context.Context, b *forward.Backend, auth string) (int, error) {
+// its status code and, for 201, the user it names. A 201 that names nobody
+// is an error: no server answers so, and the user is what a peer gets.
+func selfSubjectReview(ctx context.Context, b *forward.Backend, auth string) (int, user.Info, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL.String()+"/apis/authentication.k8s.io/v1/selfsubjectreviews", bytes.NewReader(selfReview))
 	if err != nil {
-		return 0, fmt.Errorf("self subject review on %s: %w", b.ID, err)
+		return 0, nil, fmt.Errorf("self subject review on %s: %w", b.ID, err)
 	}
 	req.Header.Set("Authorization", auth)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := b.Send(req, true, nil)
+	req.Header.Set("Accept", "application/json")
+	resp, err := b.Review(req)
 	if err != nil {
-		return 0, fmt.Errorf("self subject review on %s: %w", b.ID, err)
+		return 0, nil, fmt.Errorf("self subject review on %s: %w", b.ID, err)
 	}
-	resp.Body.Close()
-	return resp.StatusCode, nil
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		return resp.StatusCode, nil, nil
+	}
+	var review authenticationv1.SelfSubjectReview
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxReviewBytes)).Decode(&review); err != nil {
+		return 0, nil, fmt.Errorf("self subject review on %s: %w", b.ID, err)
+	}
+	ui := review.Status.UserInfo
+	if ui.Username == "" {
+		return 0, nil, fmt.Errorf("self subject review on %s: no user named", b.ID)
+	}
+	u := &user.DefaultInfo{Name: ui.Username, UID: ui.UID, Groups: ui.Groups}
+	if len(ui.Extra) > 0 {
+		u.Extra = make(map[string][]string, len(ui.Extra))
+		for k, v := range ui.Extra {
+			u.Extra[k] = []string(v)
+		}
+	}
+	return resp.StatusCode, u, nil
 }

@@ -13,6 +13,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,12 +36,18 @@ type Trust struct {
 	// kubeadm's apiserver.crt has no 127.0.0.1 SAN, but always
 	// "kubernetes".
 	ServerName string
+	// Peer: the apiserver is another node's. Its serving certificate must
+	// also prove it a kube-apiserver (ProveAPIServer), and no request
+	// forwarded to it carries a bearer token (see Do).
+	Peer bool
 }
 
 // Backend is one apiserver: its URL and connection pools to it.
 type Backend struct {
-	ID        string
-	URL       *url.URL
+	ID  string
+	URL *url.URL
+	// peer: Trust.Peer.
+	peer      bool
 	transport *http.Transport
 	// anonymous presents no client certificate. kube-apiserver fails a
 	// request whose certificate it cannot verify instead of treating it as
@@ -135,7 +143,7 @@ func NewBackend(id string, u *url.URL, trust Trust) *Backend {
 	anon := trust
 	anon.ClientCert = nil
 	conns := &connSet{open: map[net.Conn]struct{}{}}
-	b := &Backend{ID: id, URL: u, transport: newTransport(u, trust), anonymous: newTransport(u, anon), bearer: newTransport(u, anon), conns: conns}
+	b := &Backend{ID: id, URL: u, peer: trust.Peer, transport: newTransport(u, trust), anonymous: newTransport(u, anon), bearer: newTransport(u, anon), conns: conns}
 	for _, tr := range b.pools() {
 		tr.DialContext = conns.dial(tr.DialContext)
 	}
@@ -289,7 +297,7 @@ func tlsConfig(host string, trust Trust) *tls.Config {
 		// Verification is not skipped: VerifyConnection does it against
 		// the reloadable CA, which a static RootCAs pool could not.
 		InsecureSkipVerify: true,
-		VerifyConnection:   func(cs tls.ConnectionState) error { return verifyServer(cs, host, trust.PeerCA) },
+		VerifyConnection:   func(cs tls.ConnectionState) error { return verifyServer(cs, host, trust.PeerCA, trust.Peer) },
 	}
 	if trust.ClientCert != nil {
 		certs := &certCache{provider: trust.ClientCert}
@@ -302,7 +310,7 @@ func tlsConfig(host string, trust Trust) *tls.Config {
 // does not verify against the peer CA.
 var ErrUntrustedServer = errors.New("apiserver certificate not trusted")
 
-func verifyServer(cs tls.ConnectionState, host string, ca dynamiccertificates.CAContentProvider) error {
+func verifyServer(cs tls.ConnectionState, host string, ca dynamiccertificates.CAContentProvider, peer bool) error {
 	opts, ok := ca.VerifyOptions()
 	if !ok || len(cs.PeerCertificates) == 0 {
 		return fmt.Errorf("%w: no peer CA or no certificate from %s", ErrUntrustedServer, host)
@@ -315,6 +323,42 @@ func verifyServer(cs tls.ConnectionState, host string, ca dynamiccertificates.CA
 	}
 	if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrUntrustedServer, host, err)
+	}
+	if peer {
+		if err := ProveAPIServer(cs.PeerCertificates[0], opts); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrUntrustedServer, host, err)
+		}
+	}
+	return nil
+}
+
+// APIServerName is the name every kube-apiserver's serving certificate
+// carries: kubeadm's apiserver.crt, the self-signed one kube-apiserver
+// makes, and every installer's, for in-cluster clients. The in-tree Mixed
+// Version Proxy verifies its peers by exactly this name.
+const APIServerName = "kubernetes.default.svc"
+
+// nodesGroup is the organization of every certificate the cluster CA signs
+// for a kubelet (the kubernetes.io/kubelet-serving signer requires it).
+const nodesGroup = "system:nodes"
+
+// ProveAPIServer reports why leaf, already verified under opts for the
+// address skewgate dialed, is not a kube-apiserver's serving certificate:
+// it must be valid for APIServerName too, and must not be a node's. The
+// cluster CA signs serving certificates for kubelets as well (the
+// kubelet-serving signer, through the CSR API); such a certificate is valid
+// for the kubelet's address, so a writer of apiserver leases or endpoints
+// could point skewgate at a kubelet. The signer requires the subject
+// O=system:nodes, CN=system:node:<name>; kube-apiserver's certificate is
+// never a node's, and only a holder of the CA key or of an apiserver's key
+// has one that names APIServerName and is not a node's.
+func ProveAPIServer(leaf *x509.Certificate, opts x509.VerifyOptions) error {
+	if slices.Contains(leaf.Subject.Organization, nodesGroup) || strings.HasPrefix(leaf.Subject.CommonName, "system:node:") {
+		return fmt.Errorf("a node's certificate (%s), not an apiserver's", leaf.Subject)
+	}
+	opts.DNSName = APIServerName
+	if _, err := leaf.Verify(opts); err != nil {
+		return fmt.Errorf("not an apiserver's certificate: %w", err)
 	}
 	return nil
 }
@@ -343,13 +387,40 @@ func (c *certCache) get() (*tls.Certificate, error) {
 	return c.cert, nil
 }
 
+// ErrTokenToPeer is a request to a peer that would have carried a bearer
+// token: it is not sent. A caller's token is for the apiservers that
+// authenticate it, the node's own first; to a peer a caller's request goes
+// with the identity an apiserver's review of the token returned, as
+// requestheader headers under the front-proxy certificate, as the in-tree
+// Mixed Version Proxy sends it. Only a SelfSubjectReview (Review) carries a
+// token to a peer, whose certificate proved it an apiserver.
+var ErrTokenToPeer = errors.New("a bearer token is never forwarded to a peer apiserver")
+
 // Do sends a copy of req (its path, query and headers) to the backend,
-// with setIdentity (if set) applied to the copy's headers last.
+// with setIdentity (if set) applied to the copy's headers last. It refuses
+// (ErrTokenToPeer) to send a peer a request that still carries an
+// Authorization header.
 func (b *Backend) Do(req *http.Request, anonymous bool, setIdentity func(http.Header)) (*http.Response, error) {
+	return b.do(req, anonymous, setIdentity, false)
+}
+
+func (b *Backend) do(req *http.Request, anonymous bool, setIdentity func(http.Header), review bool) (*http.Response, error) {
 	out := req.Clone(req.Context())
 	out.URL.Scheme, out.URL.Host, out.Host, out.RequestURI = b.URL.Scheme, b.URL.Host, "", ""
 	if setIdentity != nil {
 		setIdentity(out.Header)
 	}
+	if b.refusesToken(out.Header, review) {
+		return nil, ErrTokenToPeer
+	}
 	return b.transportFor(anonymous, out.Header.Get("Authorization") != "").RoundTrip(out)
 }
+
+// refusesToken reports whether a request with headers h may not go to b:
+// b is a peer, h carries a credential, and the request is no token review.
+func (b *Backend) refusesToken(h http.Header, review bool) bool {
+	return b.peer && !review && len(h.Values("Authorization")) > 0
+}
+
+// IsPeer reports whether b is another node's apiserver (Trust.Peer).
+func (b *Backend) IsPeer() bool { return b.peer }

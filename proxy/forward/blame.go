@@ -71,7 +71,7 @@ type attempt struct {
 }
 
 // roundTrip sends req to b and reports how far it got.
-func roundTrip(req *http.Request, b *Backend, anonymous bool, setIdentity func(http.Header)) (*http.Response, attempt, error) {
+func roundTrip(req *http.Request, b *Backend, anonymous bool, setIdentity func(http.Header), review bool) (*http.Response, attempt, error) {
 	var connected, dialFailed, wrote atomic.Bool
 	var conn atomic.Pointer[trackedConn]
 	// The transport may try again itself — a request a graceful GOAWAY
@@ -101,7 +101,7 @@ func roundTrip(req *http.Request, b *Backend, anonymous bool, setIdentity func(h
 		},
 		WroteHeaders: func() { wrote.Store(true) },
 	}
-	resp, err := b.Do(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), anonymous, setIdentity)
+	resp, err := b.do(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), anonymous, setIdentity, review)
 	return resp, attempt{connected: connected.Load(), dialFailed: dialFailed.Load(), wrote: wrote.Load(), conn: conn.Load()}, err
 }
 
@@ -120,6 +120,8 @@ func tracked(c net.Conn) *trackedConn {
 // was written, as the server left routing).
 func blame(ctx context.Context, body *bodyReader, at attempt, err error) error {
 	switch {
+	case errors.Is(err, ErrTokenToPeer):
+		return err // skewgate's own refusal, before any connection: nobody's
 	case ctx.Err() != nil:
 		return &CallerError{ctx.Err()}
 	case body != nil && body.failed() != nil:
@@ -178,9 +180,22 @@ func connectionEnded(err error) bool {
 // Backend.Do). A failure is a *CallerError, a *ServerError (see Blame), or
 // neither; the caller's body is read once and not kept.
 func (b *Backend) Send(req *http.Request, anonymous bool, setIdentity func(http.Header)) (*http.Response, error) {
+	return b.send(req, anonymous, setIdentity, false)
+}
+
+// Review sends a token review — a SelfSubjectReview with the caller's
+// bearer token, without the front-proxy certificate — as Send does. It is
+// the one request that takes a caller's token to a peer: one whose serving
+// certificate proved it an apiserver of this cluster (ProveAPIServer)
+// before the request was written.
+func (b *Backend) Review(req *http.Request) (*http.Response, error) {
+	return b.send(req, true, nil, true)
+}
+
+func (b *Backend) send(req *http.Request, anonymous bool, setIdentity func(http.Header), review bool) (*http.Response, error) {
 	req = req.WithContext(req.Context()) // the caller's request keeps its body
 	body := watchBody(req)
-	resp, at, err := roundTrip(req, b, anonymous, setIdentity)
+	resp, at, err := roundTrip(req, b, anonymous, setIdentity, review)
 	if err != nil {
 		return nil, blame(req.Context(), body, at, err)
 	}

@@ -37,16 +37,18 @@ type Request struct {
 	// Fallback, if set, lists further candidates once Candidates failed a
 	// request (asked only then; for a write only if none of it was sent):
 	// the peers that serve what the local server was chosen for, and the
-	// identity they get instead of SetIdentity (a request sent to a peer
-	// carries the peer mark).
-	Fallback func() ([]*Backend, func(http.Header))
+	// identity they get instead of Anonymous and SetIdentity (a request
+	// sent to a peer carries the peer mark, and a bearer token's caller
+	// goes as the user its review named).
+	Fallback func() ([]*Backend, Identity)
 	// Failed, if set, learns of every failed exchange with a backend: kind
 	// FailConnect (no connection: the server should leave routing at once)
 	// or FailRequest (the connection broke after bytes were sent).
 	Failed func(id string, kind FailureKind, err error)
 	// Anonymous requests carry no identity from skewgate (a bearer token
 	// or nothing): they go without the front-proxy certificate, so the
-	// apiserver judges them exactly as if they had come directly.
+	// apiserver judges them exactly as if they had come directly. To a
+	// peer a bearer token never goes (ErrTokenToPeer).
 	Anonymous bool
 	// SetIdentity writes the identity headers (and the peer mark) onto
 	// the request to the backend. It runs last, in the round tripper,
@@ -77,6 +79,13 @@ type Request struct {
 	// Busy, if set, answers a request the first candidate has no room
 	// for, instead of a plain 429.
 	Busy func(w http.ResponseWriter, r *http.Request, server string)
+}
+
+// Identity is how a request presents its caller to a set of backends: as
+// Request.Anonymous and Request.SetIdentity.
+type Identity struct {
+	Anonymous bool
+	Set       func(http.Header)
 }
 
 // errStale is an apiserver that denied serving what its discovery lists.
@@ -162,6 +171,10 @@ func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
 	// Record the server now too.
 	if fr.SetIdentity != nil {
 		fr.SetIdentity(r.Header)
+	}
+	if first.refusesToken(r.Header, false) {
+		Unavailable(w, r, Unreachable) // see ErrTokenToPeer
+		return
 	}
 	w.Header().Set(HeaderServer, first.ID)
 	proxy.NewUpgradeAwareHandler(&loc, rt, false, false, responder{show: fr.ShowErrors}).ServeHTTP(w, r)
@@ -252,7 +265,7 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 	defer body.release() // no attempt follows a return
 	var errs []error
 	candidates, more := f.req.Candidates, f.req.Fallback
-	moreIdentity := f.req.SetIdentity
+	var moreIdentity Identity
 	sent := false // bytes of the request may have reached a server
 	// refused is the last answer of a server shutting down that did not
 	// take the request: passed on if no other server takes it.
@@ -286,9 +299,9 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		fr := f.req
 		if i >= len(f.req.Candidates) {
-			fr.SetIdentity = moreIdentity
+			fr.Anonymous, fr.SetIdentity = moreIdentity.Anonymous, moreIdentity.Set
 		}
-		resp, at, err := roundTrip(req, b, fr.Anonymous, fr.SetIdentity)
+		resp, at, err := roundTrip(req, b, fr.Anonymous, fr.SetIdentity, false)
 		if err == nil && NotTaken(resp) {
 			done(errCaller) // it answered, but as no server in routing would
 			closeBody(refused)

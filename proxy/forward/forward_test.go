@@ -436,9 +436,9 @@ func TestFallbackToPeersCarriesTheirIdentity(t *testing.T) {
 			Candidates:  []*Backend{deadBackend(t, trust)},
 			Idempotent:  method == http.MethodGet,
 			SetIdentity: func(h http.Header) { h.Set("X-Mark", "local") },
-			Fallback: func() ([]*Backend, func(http.Header)) {
+			Fallback: func() ([]*Backend, Identity) {
 				asked++
-				return []*Backend{backendFor(t, "peer", up, trust)}, func(h http.Header) { h.Set("X-Mark", "peer") }
+				return []*Backend{backendFor(t, "peer", up, trust)}, Identity{Set: func(h http.Header) { h.Set("X-Mark", "peer") }}
 			},
 		})
 		if w.Code != http.StatusOK || w.Header().Get(HeaderServer) != "peer" || mark.Load() != "peer" || asked != 1 {

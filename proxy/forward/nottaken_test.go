@@ -66,8 +66,8 @@ func TestShuttingDownAnswerMovesOn(t *testing.T) {
 				Candidates: []*Backend{backendFor(t, "local", leaving, trustFor(t, leaving))},
 				Idempotent: method == http.MethodGet,
 				Failed:     func(id string, kind FailureKind, _ error) { failed = append(failed, id+"/"+string(kind)) },
-				Fallback: func() ([]*Backend, func(http.Header)) {
-					return []*Backend{backendFor(t, "peer", alive, trustFor(t, alive))}, nil
+				Fallback: func() ([]*Backend, Identity) {
+					return []*Backend{backendFor(t, "peer", alive, trustFor(t, alive))}, Identity{}
 				},
 			})
 			if w.Code != http.StatusCreated || w.Header().Get(HeaderServer) != "peer" {

@@ -157,6 +157,11 @@ func (m *Members) add(u *url.URL, local bool) *server {
 	trust := m.cfg.Trust
 	if local {
 		trust.ServerName = m.cfg.LocalServerName
+	} else {
+		// Whoever listed it (a lease, an EndpointSlice, a flag), it
+		// proves itself an apiserver in every handshake, or it is never
+		// healthy: never probed, fetched, routed to or merged.
+		trust.Peer = true
 	}
 	b := forward.NewBackend(ID(u), u, trust)
 	if !local {

@@ -1,11 +1,15 @@
 package membership
 
-import "k8s.io/client-go/rest"
+import (
+	"k8s.io/client-go/rest"
+
+	"github.com/skewgate/skewgate/proxy/forward"
+)
 
 // ApiserverServiceName is the name every kube-apiserver's serving
-// certificate carries (kubeadm's apiserver.crt, and the self-signed one
-// kube-apiserver makes).
-const ApiserverServiceName = "kubernetes.default.svc"
+// certificate carries (forward.APIServerName, which every peer's
+// certificate must name for requests routed to it too).
+const ApiserverServiceName = forward.APIServerName
 
 // PeerConfigs is rc (the node's credentials toward its own apiserver)
 // toward every healthy peer among members, for skewgate's own requests
