@@ -17,8 +17,10 @@ const ApiserverServiceName = forward.APIServerName
 // apiserver of this cluster before a token is sent to it: its serving
 // certificate, verified by rc's CA, must name kubernetes.default.svc
 // (every kube-apiserver's does; a kubelet's, also signed by the cluster
-// CA, never does). Without certificate verification (rc insecure) there
-// are none.
+// CA, never does); and only healthy peers are listed, which have passed
+// forward's whole apiserver check (no node certificate either) in every
+// handshake of their probes. Without certificate verification (rc
+// insecure) there are none.
 func PeerConfigs(rc *rest.Config, members []Status) []*rest.Config {
 	if rc == nil || rc.Insecure {
 		return nil
