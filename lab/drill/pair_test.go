@@ -1,0 +1,116 @@
+package drill
+
+import (
+	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/skewgate/skewgate/lab"
+)
+
+// served reads what a version serves by default from its recorded
+// aggregated discovery (proxy/discovery/testdata; v1.36.3's was recorded
+// with the lab's scheduling.k8s.io/v1alpha2 runtime-config).
+func served(t *testing.T, version string) map[schema.GroupVersionResource]bool {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "proxy", "discovery", "testdata", version+"-apis-v2.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list apidiscoveryv2.APIGroupDiscoveryList
+	if err := json.Unmarshal(data, &list); err != nil {
+		t.Fatal(err)
+	}
+	out := map[schema.GroupVersionResource]bool{}
+	for _, g := range list.Items {
+		for _, v := range g.Versions {
+			for _, r := range v.Resources {
+				gvr := schema.GroupVersionResource{Group: g.Name, Version: v.Version, Resource: r.Resource}
+				out[gvr] = true
+				if r.Scope == apidiscoveryv2.ScopeNamespace {
+					out[gvr.GroupVersion().WithResource(r.Resource+"/namespaced")] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Each pair's types are what its To serves and its From does not, the
+// owned one namespaced, the other cluster-scoped; its objects name their
+// type.
+func TestPairs(t *testing.T) {
+	if p, err := PairOf(lab.OldVersion, lab.NewVersion); err != nil || p.Owned.GVR.Resource != "workloads" {
+		t.Errorf("the default pair: %v %v", p, err)
+	}
+	if _, err := PairOf(lab.OldVersion, "v1.37.2"); err == nil {
+		t.Error("a pair that skips a minor: want an error")
+	}
+	for _, p := range Pairs {
+		from, to := served(t, p.From), served(t, p.To)
+		for _, gvr := range p.types() {
+			if !to[gvr] || from[gvr] {
+				t.Errorf("%s: %s served by %s %t, by %s %t", p, gvr, p.To, to[gvr], p.From, from[gvr])
+			}
+		}
+		if owned := p.Owned.GVR; !to[owned.GroupVersion().WithResource(owned.Resource+"/namespaced")] {
+			t.Errorf("%s: %s is not namespaced", p, owned)
+		}
+		if c := p.Cluster; to[c.GroupVersion().WithResource(c.Resource+"/namespaced")] {
+			t.Errorf("%s: %s is namespaced", p, c)
+		}
+		obj := p.Owned.Object("x")
+		if obj.GetAPIVersion() != p.Owned.GVR.GroupVersion().String() || obj.GetKind() != p.Owned.Kind || obj.GetName() != "x" {
+			t.Errorf("%s: object %v", p, obj.Object)
+		}
+	}
+}
+
+// A PodCertificateRequest proves possession of its key: a signature of
+// its pod UID (what kube-apiserver's validation checks).
+func TestPodCertificateRequestProof(t *testing.T) {
+	spec := podCertificateRequest("x").Object["spec"].(map[string]any)
+	der, _ := base64.StdEncoding.DecodeString(spec["pkixPublicKey"].(string))
+	sig, _ := base64.StdEncoding.DecodeString(spec["proofOfPossession"].(string))
+	pub, err := x509.ParsePKIXPublicKey(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ed25519.Verify(pub.(ed25519.PublicKey), []byte(spec["podUID"].(string)), sig) {
+		t.Error("proof of possession does not verify")
+	}
+	spec["podUID"] = "changed"
+	if podCertificateRequest("y").Object["spec"].(map[string]any)["podUID"] == "changed" {
+		t.Error("objects share their spec")
+	}
+}
+
+// A discovery answer lacks a new type of a group/version it lists when
+// the type is not among its resources (1.37's new types are in
+// group/versions 1.36 serves), and lacks none of a group/version that
+// failed.
+func TestListed(t *testing.T) {
+	pcr := schema.GroupVersionResource{Group: "certificates.k8s.io", Version: "v1", Resource: "podcertificaterequests"}
+	l := failing(nil)
+	l.add(&metav1.APIResourceList{GroupVersion: "certificates.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "certificatesigningrequests"}}})
+	if l.has(pcr) {
+		t.Error("a 1.36 answer has podcertificaterequests")
+	}
+	l.add(&metav1.APIResourceList{GroupVersion: "certificates.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "podcertificaterequests"}}})
+	if !l.has(pcr) {
+		t.Error("a 1.37 answer lacks podcertificaterequests")
+	}
+	l = failing(nil)
+	l.failed[pcr.GroupVersion()] = true
+	if !l.has(pcr) {
+		t.Error("a failed group/version lacks its types")
+	}
+}
