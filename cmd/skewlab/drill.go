@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,7 +17,7 @@ import (
 
 func newDrillCmd() *cobra.Command {
 	o := drill.Options{Dir: lab.DefaultDir(), CacheDir: lab.DefaultCacheDir(), Progress: os.Stdout, From: lab.OldVersion, To: lab.NewVersion}
-	report, modes := filepath.Join("docs", "upgrade-drill.md"), ""
+	report, modes := "", ""
 	cmd := &cobra.Command{
 		Use:   "drill",
 		Short: "Roll a three-node plane from one version to the next (--from, --to) and back under load, without skewgate, with the in-tree proxy and with skewgate, and report every false 404 (and, on kubeadm, what the controllers lost)",
@@ -35,6 +34,17 @@ func newDrillCmd() *cobra.Command {
 				return err
 			}
 			o.Queries = qs
+			pair, err := drill.PairOf(o.From, o.To)
+			if err != nil {
+				return err
+			}
+			defReport, defImages := pair.Docs()
+			if report == "" {
+				report = defReport
+			}
+			if o.OutDir == "" {
+				o.OutDir = defImages
+			}
 			// client-go's informers log every failed list: the report
 			// counts them instead.
 			klog.SetLogger(logr.Discard())
@@ -53,8 +63,8 @@ func newDrillCmd() *cobra.Command {
 	f.StringVar(&o.Image, "image", "", "with --kubeadm: skewgate's image archive (make image)")
 	f.StringVar(&o.ImageTag, "tag", "", "with --kubeadm: that image's tag (make image's VERSION)")
 	f.DurationVar(&o.Settle, "settle", time.Minute, "with --kubeadm: how long the controllers may settle before what was lost is counted")
-	f.StringVar(&report, "report", report, "where the markdown report goes")
-	f.StringVar(&o.OutDir, "images", filepath.Join("docs", "drill"), "where the report's PNGs go")
+	f.StringVar(&report, "report", report, "where the markdown report goes (default docs/upgrade-drill.md, for another pair than the default docs/upgrade-drill-<to's minor>.md)")
+	f.StringVar(&o.OutDir, "images", "", "where the report's PNGs go (default docs/drill, for another pair docs/drill/<to's minor>)")
 	f.StringVar(&o.Prometheus, "prometheus", "", "prometheus binary (default: from $PATH)")
 	return cmd
 }

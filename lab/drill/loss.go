@@ -89,7 +89,11 @@ func (l *losses) deleted(ns string) {
 // and reports whether both exist.
 func createPair(ctx context.Context, dyn dynamic.Interface, t NewType, ns string, n int) (pair, bool) {
 	p := pair{owner: fmt.Sprintf("gc-owner-%d", n), dependent: fmt.Sprintf("gc-dep-%d", n)}
-	owner, err := dyn.Resource(t.GVR).Namespace(ns).Create(ctx, t.Object(p.owner), metav1.CreateOptions{})
+	obj, err := t.Object(p.owner)
+	if err != nil {
+		return p, false
+	}
+	owner, err := dyn.Resource(t.GVR).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {
 		return p, false
 	}

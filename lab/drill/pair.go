@@ -6,7 +6,11 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"sync"
+
+	"golang.org/x/mod/semver"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -41,10 +45,10 @@ type Pair struct {
 type NewType struct {
 	GVR  schema.GroupVersionResource
 	Kind string
-	// Object returns a valid object named name; nothing in the plane
-	// (no controller of the lab's) rejects or deletes it within the
-	// drill's minutes.
-	Object func(name string) *unstructured.Unstructured
+	// Object returns a valid object named name (checked against a real
+	// server of To); nothing in the plane rejects it, nor deletes it but
+	// as OwnerLifetime says.
+	Object func(name string) (*unstructured.Unstructured, error)
 }
 
 // Pairs are the upgrades the drill runs. The types were found by
@@ -92,36 +96,52 @@ func PairOf(from, to string) (Pair, error) {
 
 func (p Pair) String() string { return p.From + " → " + p.To }
 
+// Docs are where the pair's report and its images go by default: the
+// default pair's in docs/upgrade-drill.md and docs/drill, another's named
+// after its To (docs/upgrade-drill-1.37.md, docs/drill/1.37).
+func (p Pair) Docs() (report, images string) {
+	if p.From == lab.OldVersion && p.To == lab.NewVersion {
+		return filepath.Join("docs", "upgrade-drill.md"), filepath.Join("docs", "drill")
+	}
+	minor := strings.TrimPrefix(semver.MajorMinor(p.To), "v")
+	return filepath.Join("docs", "upgrade-drill-"+minor+".md"), filepath.Join("docs", "drill", minor)
+}
+
 // types are the pair's new types.
 func (p Pair) types() []schema.GroupVersionResource {
 	return []schema.GroupVersionResource{p.Owned.GVR, p.Cluster}
 }
 
-func workload(name string) *unstructured.Unstructured {
+func workload(name string) (*unstructured.Unstructured, error) {
 	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "Workload",
 		"metadata": map[string]any{"name": name},
-		"spec":     map[string]any{"podGroupTemplates": []any{map[string]any{"name": "workers", "schedulingPolicy": map[string]any{"basic": map[string]any{}}}}}}}
+		"spec":     map[string]any{"podGroupTemplates": []any{map[string]any{"name": "workers", "schedulingPolicy": map[string]any{"basic": map[string]any{}}}}}}}, nil
 }
 
 // pcrSpec is the spec of every PodCertificateRequest the drill makes:
-// one key (from a fixed seed: it guards nothing) and its signature of the
-// pod UID they all name, the proof of possession validation checks.
-var pcrSpec = sync.OnceValue(func() map[string]any {
+// v1 carries the key in a stub PKCS#10 request (contents unchecked, its
+// signature checked), the key from a fixed seed (it guards nothing).
+var pcrSpec = sync.OnceValues(func() (map[string]any, error) {
 	seed := sha256.Sum256([]byte("skewgate upgrade drill"))
-	key := ed25519.NewKeyFromSeed(seed[:])
-	der, _ := x509.MarshalPKIXPublicKey(key.Public()) // cannot fail for an ed25519 key
-	const podUID = "00000000-0000-0000-0000-00000000d711"
+	csr, err := x509.CreateCertificateRequest(nil, &x509.CertificateRequest{}, ed25519.NewKeyFromSeed(seed[:]))
+	if err != nil {
+		return nil, fmt.Errorf("stub PKCS#10 request: %w", err)
+	}
 	return map[string]any{
 		// A signer nobody runs: the request stays pending.
 		"signerName": "drill.skewgate.io/none", "maxExpirationSeconds": int64(86400),
-		"podName": "drill", "podUID": podUID, "serviceAccountName": "default", "serviceAccountUID": "00000000-0000-0000-0000-00000000d712",
+		"podName": "drill", "podUID": "00000000-0000-0000-0000-00000000d711",
+		"serviceAccountName": "default", "serviceAccountUID": "00000000-0000-0000-0000-00000000d712",
 		"nodeName": "node-a", "nodeUID": "00000000-0000-0000-0000-00000000d713",
-		"pkixPublicKey":     base64.StdEncoding.EncodeToString(der),
-		"proofOfPossession": base64.StdEncoding.EncodeToString(ed25519.Sign(key, []byte(podUID))),
-	}
+		"stubPKCS10Request": base64.StdEncoding.EncodeToString(csr),
+	}, nil
 })
 
-func podCertificateRequest(name string) *unstructured.Unstructured {
+func podCertificateRequest(name string) (*unstructured.Unstructured, error) {
+	spec, err := pcrSpec()
+	if err != nil {
+		return nil, err
+	}
 	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "certificates.k8s.io/v1", "kind": "PodCertificateRequest",
-		"metadata": map[string]any{"name": name}, "spec": runtime.DeepCopyJSON(pcrSpec())}}
+		"metadata": map[string]any{"name": name}, "spec": runtime.DeepCopyJSON(spec)}}, nil
 }

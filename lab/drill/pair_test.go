@@ -67,28 +67,38 @@ func TestPairs(t *testing.T) {
 		if c := p.Cluster; to[c.GroupVersion().WithResource(c.Resource+"/namespaced")] {
 			t.Errorf("%s: %s is namespaced", p, c)
 		}
-		obj := p.Owned.Object("x")
+		obj, err := p.Owned.Object("x")
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
 		if obj.GetAPIVersion() != p.Owned.GVR.GroupVersion().String() || obj.GetKind() != p.Owned.Kind || obj.GetName() != "x" {
 			t.Errorf("%s: object %v", p, obj.Object)
 		}
 	}
 }
 
-// A PodCertificateRequest proves possession of its key: a signature of
-// its pod UID (what kube-apiserver's validation checks).
-func TestPodCertificateRequestProof(t *testing.T) {
-	spec := podCertificateRequest("x").Object["spec"].(map[string]any)
-	der, _ := base64.StdEncoding.DecodeString(spec["pkixPublicKey"].(string))
-	sig, _ := base64.StdEncoding.DecodeString(spec["proofOfPossession"].(string))
-	pub, err := x509.ParsePKIXPublicKey(der)
+// A PodCertificateRequest carries a stub PKCS#10 request whose signature
+// verifies (what kube-apiserver's validation checks), and objects share
+// nothing.
+func TestPodCertificateRequest(t *testing.T) {
+	obj, err := podCertificateRequest("x")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !ed25519.Verify(pub.(ed25519.PublicKey), []byte(spec["podUID"].(string)), sig) {
-		t.Error("proof of possession does not verify")
+	spec := obj.Object["spec"].(map[string]any)
+	der, err := base64.StdEncoding.DecodeString(spec["stubPKCS10Request"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, err := x509.ParseCertificateRequest(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := csr.PublicKey.(ed25519.PublicKey); !ok || csr.CheckSignature() != nil {
+		t.Errorf("stub request: key %T, signature %v", csr.PublicKey, csr.CheckSignature())
 	}
 	spec["podUID"] = "changed"
-	if podCertificateRequest("y").Object["spec"].(map[string]any)["podUID"] == "changed" {
+	if other, _ := podCertificateRequest("y"); other.Object["spec"].(map[string]any)["podUID"] == "changed" {
 		t.Error("objects share their spec")
 	}
 }

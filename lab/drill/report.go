@@ -129,6 +129,7 @@ func WriteReport(w io.Writer, results []*Result, o Options, command string, imag
 		"Modes: `%s` steers always (`--steering-mode=always`), `%s` is the default, not armed, `%s` is auto armed before the upgrade through the cluster's switch (the ConfigMap `kube-system/skewgate`, `steering: always`). "+
 		"`%s` is kube-apiserver's Mixed Version Proxy switched on as users switch it on: %s; skewgate is not running then.\n\n",
 		grace, ModeSkewgate, ModeSkewgateAuto, ModeSkewgateArmed, ModeInTree, inTreeSetting(p, o.Kubeadm))
+	writeOtherPairs(w, p)
 	fmt.Fprintf(w, "## Totals\n\n| mode | duration | requests | false 404s | 404s in the grace | discovery gaps | 503s (by cause) | 503s lasted | other errors | pinned clients failed | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		t := r.Total()
@@ -152,6 +153,21 @@ func WriteReport(w io.Writer, results []*Result, o Options, command string, imag
 		if r.Monitor != nil {
 			writeMonitoring(w, r.Monitor)
 		}
+	}
+}
+
+// writeOtherPairs links the other pairs' reports, where the drill writes
+// them by default (beside this one).
+func writeOtherPairs(w io.Writer, p Pair) {
+	var links []string
+	for _, o := range Pairs {
+		if o.String() != p.String() {
+			report, _ := o.Docs()
+			links = append(links, fmt.Sprintf("[%s](%s)", o, filepath.Base(report)))
+		}
+	}
+	if len(links) > 0 {
+		fmt.Fprintf(w, "The drill of the other upgrades: %s.\n\n", strings.Join(links, ", "))
 	}
 }
 

@@ -229,9 +229,12 @@ func (c clients) writer(ctx context.Context, id int) {
 	c.fresh(ctx, func(dyn *dynamic.DynamicClient) bool {
 		n++
 		name := fmt.Sprintf("drill-%d-%d", id, n)
-		gvr, obj := configMaps, configMap(name)
+		gvr, obj, err := configMaps, configMap(name), error(nil)
 		if n%2 == 0 {
-			gvr, obj = c.pair.Owned.GVR, c.pair.Owned.Object(name)
+			gvr = c.pair.Owned.GVR
+			if obj, err = c.pair.Owned.Object(name); err != nil {
+				return false
+			}
 		}
 		res := dyn.Resource(gvr).Namespace("default")
 		if created, err := res.Create(ctx, obj, metav1.CreateOptions{}); err == nil {
@@ -310,7 +313,9 @@ func (c clients) namespaces(ctx context.Context, gaps *gapCounter) {
 		if _, err := dyn.Resource(namespaces).Create(ctx, nsObj, metav1.CreateOptions{}); err == nil {
 			_, _ = dyn.Resource(configMaps).Namespace(ns).Create(ctx, configMap("in-ns"), metav1.CreateOptions{})
 			if c.loss == nil {
-				_, _ = dyn.Resource(c.pair.Owned.GVR).Namespace(ns).Create(ctx, c.pair.Owned.Object("in-ns"), metav1.CreateOptions{})
+				if obj, err := c.pair.Owned.Object("in-ns"); err == nil {
+					_, _ = dyn.Resource(c.pair.Owned.GVR).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+				}
 				c.deleteNamespace(ctx, dyn, ns, gaps)
 			} else {
 				// Outside the window the pair fails (no server serves
