@@ -34,6 +34,7 @@ func newDrillCmd() *cobra.Command {
 				return err
 			}
 			o.Queries = qs
+			o.Build = skewgateVersion(o)
 			pair, err := drill.PairOf(o.From, o.To)
 			if err != nil {
 				return err
@@ -114,4 +115,21 @@ func pairs() string {
 		out = append(out, p.String())
 	}
 	return strings.Join(out, ", ")
+}
+
+// skewgateVersion is the measured skewgate's version line (`skewgate
+// version`; on kubeadm its image's tag), "" if it has none.
+func skewgateVersion(o drill.Options) string {
+	if o.Kubeadm {
+		if o.ImageTag == "" {
+			return ""
+		}
+		return "skewgate's image `" + o.ImageTag + "`"
+	}
+	out, err := exec.Command(o.Skewgate, "version").Output()
+	if err != nil {
+		return ""
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	return "`" + strings.TrimSpace(first) + "`"
 }

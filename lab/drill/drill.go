@@ -77,6 +77,9 @@ type Options struct {
 	Image, ImageTag string
 	Settle          time.Duration
 	Progress        io.Writer
+	// Build names what was measured, as the report says it (e.g.
+	// skewgate's version).
+	Build string
 
 	pair Pair // From → To
 }

@@ -173,7 +173,7 @@ func writeOtherPairs(w io.Writer, p Pair) {
 
 // writeSwapIntro says what the drill on the binary-swap lab did.
 func writeSwapIntro(w io.Writer, o Options, command string) {
-	writtenBy(w, command)
+	writtenBy(w, o, command)
 	p := o.pair
 	fmt.Fprintf(w, "Three nodes start at %s and are upgraded one at a time to %s, each after the previous is ready, then rolled back one at a time. "+
 		"node-b's apiserver is held down %s in its upgrade (a slow image pull). A load balancer spreads the workload's connections over the nodes whose `/readyz` passes: "+
@@ -209,10 +209,15 @@ func inTreeSetting(p Pair, kubeadm bool) string {
 	return fmt.Sprintf("%s and `--peer-ca-file` the cluster's CA through %s", gate, where)
 }
 
-// writtenBy opens a report's introduction: what wrote it, when, where.
-func writtenBy(w io.Writer, command string) {
-	fmt.Fprintf(w, "Written by `%s` on %s (%s/%s, %d CPUs); regenerate it by running that again. ",
-		command, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+// writtenBy opens a report's introduction: what wrote it, of which
+// build, when, where.
+func writtenBy(w io.Writer, o Options, command string) {
+	build := ""
+	if o.Build != "" {
+		build = " with " + o.Build
+	}
+	fmt.Fprintf(w, "Written by `%s`%s on %s (%s/%s, %d CPUs); regenerate it by running that again. ",
+		command, build, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 }
 
 // causes renders a tally's 503s by cause.

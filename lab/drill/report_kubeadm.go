@@ -8,7 +8,7 @@ import (
 
 // writeKubeadmIntro says what the drill on the kubeadm lab did.
 func writeKubeadmIntro(w io.Writer, o Options, command string) {
-	writtenBy(w, command)
+	writtenBy(w, o, command)
 	p := o.pair
 	fmt.Fprintf(w, "The plane is built and upgraded by kubeadm itself ([kubeadm-lab.md](kubeadm-lab.md)): three control-plane nodes, `kubeadm init` on node-a and "+
 		"`kubeadm join --control-plane` on node-b and node-c at %s, stacked etcd, every component a static pod run by the node's kubelet, "+
