@@ -121,10 +121,15 @@ lab-down: build
 # kubeadm lab (kubeadm upgrade apply/node, kubelets, the rollback from
 # kubeadm's backups, skewgate's DaemonSet of make image); DRILL_MODES
 # picks modes (comma-separated, as skewlab drill --help lists them).
+# FROM and TO pick the upgrade (skewlab drill --help lists the pairs):
+# FROM=v1.36.3 TO=v1.37.2 is the next one, both sides on their defaults.
 DRILL_MODES ?=
-upgrade-drill: lab-build $(if $(filter on,$(KUBEADM)),image kubelet-packages,)
+FROM      ?= v1.35.4
+TO        ?= v1.36.3
+upgrade-drill: build $(if $(filter on,$(KUBEADM)),image kubelet-packages,)
 	@command -v prometheus >/dev/null || { apt-get update && apt-get install -y prometheus; }
-	$(BIN)/skewlab drill --dir $(LAB_DIR) --skewgate $(BIN)/skewgate $(if $(DRILL_MODES),--modes '$(DRILL_MODES)',) \
+	$(BIN)/skewlab build --versions $(FROM),$(TO) $(if $(filter on,$(KUBEADM)),--kubeadm,)
+	$(BIN)/skewlab drill --dir $(LAB_DIR) --from $(FROM) --to $(TO) --skewgate $(BIN)/skewgate $(if $(DRILL_MODES),--modes '$(DRILL_MODES)',) \
 		$(if $(filter on,$(KUBEADM)),--kubeadm --image $(BIN)/skewgate-image.tar --tag $(VERSION),)
 
 demo: lab-build

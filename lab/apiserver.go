@@ -63,8 +63,11 @@ func APIServerArgs(spec Spec, n Node, pki *PKI) []string {
 		args = append(args, "--allow-privileged=true", "--kubelet-preferred-address-types=InternalIP",
 			"--kubelet-client-certificate="+pki.Admin.CertFile, "--kubelet-client-key="+pki.Admin.KeyFile)
 	}
-	gates := []string{fmt.Sprintf("UnknownVersionInteroperabilityProxy=%t", spec.InTreeProxy)}
-	if n.Minor() == newAPIsMinor {
+	var gates []string
+	if g := inTreeProxyGate(spec.InTreeProxy, n.Minor()); g != "" {
+		gates = append(gates, g)
+	}
+	if n.Minor() == newAPIsMinor && !spec.DefaultAPIs {
 		gates = append(gates, "GenericWorkload=true")
 		args = append(args, "--runtime-config=scheduling.k8s.io/v1alpha2=true")
 	}
@@ -74,7 +77,26 @@ func APIServerArgs(spec Spec, n Node, pki *PKI) []string {
 		args = append(args, "--peer-ca-file="+pki.CAFile, "--peer-advertise-ip="+n.IP.String(),
 			fmt.Sprintf("--peer-advertise-port=%d", n.APIPort()))
 	}
-	return append(args, "--feature-gates="+strings.Join(gates, ","))
+	if len(gates) > 0 {
+		args = append(args, "--feature-gates="+strings.Join(gates, ","))
+	}
+	return args
+}
+
+// inTreeProxyMinor is the first minor whose in-tree Mixed Version Proxy
+// (UnknownVersionInteroperabilityProxy) is beta and on by default; it
+// still does nothing without --peer-ca-file.
+const inTreeProxyMinor = 36
+
+// inTreeProxyGate is the feature-gates entry that turns the in-tree proxy
+// on or off for a server of minor, or "" where on is the default: the
+// lab's convention is off unless measured, and measured as users switch
+// it on (from 1.36, --peer-ca-file alone).
+func inTreeProxyGate(on bool, minor int) string {
+	if on && minor >= inTreeProxyMinor {
+		return ""
+	}
+	return fmt.Sprintf("UnknownVersionInteroperabilityProxy=%t", on)
 }
 
 // EtcdURL is where every node's apiserver reaches etcd.

@@ -91,10 +91,15 @@ func (p *Plane) KubeadmDir(n Node) string {
 	return filepath.Join(p.Dir, "nodes", n.Name, "etc-kubernetes")
 }
 
-// kubeadmVersions are the versions the kubeadm mode prepares: the nodes'
-// and the lab's old and new, so `kubeadm upgrade` finds its images.
+// kubeadmVersions are the versions the kubeadm mode prepares, so
+// `kubeadm upgrade` finds its images: the nodes' and the spec's upgrades,
+// or without those the lab's old and new.
 func kubeadmVersions(spec Spec) []string {
-	vs := []string{OldVersion, NewVersion}
+	vs := spec.Upgrades
+	if len(vs) == 0 {
+		vs = []string{OldVersion, NewVersion}
+	}
+	vs = slices.Clone(vs)
 	for _, n := range spec.Nodes {
 		vs = append(vs, n.Version)
 	}

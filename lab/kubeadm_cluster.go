@@ -26,7 +26,7 @@ type extraArg struct{ Name, Value string }
 // renders the new manifests from it). A feature-gates value joins the
 // existing one.
 func (p *Plane) enableNewAPIs(ctx context.Context, version string) error {
-	if (Node{Version: version}).Minor() != newAPIsMinor {
+	if (Node{Version: version}).Minor() != newAPIsMinor || p.Spec.DefaultAPIs {
 		return nil
 	}
 	c, err := p.AdminClient(p.Spec.Nodes[0])

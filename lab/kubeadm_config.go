@@ -86,6 +86,12 @@ type kubeadmNodeVars struct {
 	InTreeProxy bool
 }
 
+// ProxyGate is the feature-gates value the in-tree proxy's setting needs
+// on Version ("" at the gate's default).
+func (v kubeadmNodeVars) ProxyGate() string {
+	return inTreeProxyGate(v.InTreeProxy, Node{Version: v.Version}.Minor())
+}
+
 func (p *Plane) kubeadmVars(f nodeFiles, s kubeadmSecrets) kubeadmNodeVars {
 	return kubeadmNodeVars{
 		Node: f.node, Version: f.node.Version, Endpoint: KubeadmEndpoint(),
@@ -148,11 +154,15 @@ etcd:
 apiServer:
   extraArgs:
     # The lab's convention: the in-tree Mixed Version Proxy off unless
-    # measured. On, it dials peers at their advertise address (the
-    # default of --peer-advertise-ip) and verifies them with kubeadm's CA;
-    # kubeadm's apiserver.crt has the SAN kubernetes.default.svc it asks.
+    # measured. On, as users switch it on (from 1.36 the gate at its
+    # default, on, and this one argument kubeadm does not set), it dials
+    # peers at their advertise address (the default of
+    # --peer-advertise-ip) and verifies them with kubeadm's CA; kubeadm's
+    # apiserver.crt has the SAN kubernetes.default.svc it asks.
+{{- with .ProxyGate}}
     - name: feature-gates
-      value: UnknownVersionInteroperabilityProxy={{.InTreeProxy}}
+      value: {{.}}
+{{- end}}
 {{- if .InTreeProxy}}
     - name: peer-ca-file
       value: /etc/kubernetes/pki/ca.crt

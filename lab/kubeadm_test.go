@@ -232,6 +232,16 @@ func TestKubeadmInTreeProxy(t *testing.T) {
 	v.InTreeProxy = true
 	on := extraArgsOf(t, v)
 	if on["feature-gates"] != "UnknownVersionInteroperabilityProxy=true" || on["peer-ca-file"] != "/etc/kubernetes/pki/ca.crt" {
-		t.Errorf("in-tree proxy on: %v", on)
+		t.Errorf("in-tree proxy on at %s: %v", v.Version, on)
+	}
+	// From 1.36 the gate is beta, on by default: users add only the peer
+	// CA (kubeadm does not set it), and so does the lab.
+	v.Version = "v1.36.3"
+	if on := extraArgsOf(t, v); len(on) != 1 || on["peer-ca-file"] != "/etc/kubernetes/pki/ca.crt" {
+		t.Errorf("in-tree proxy on at %s: want only peer-ca-file, got %v", v.Version, on)
+	}
+	v.InTreeProxy = false
+	if off := extraArgsOf(t, v); off["feature-gates"] != "UnknownVersionInteroperabilityProxy=false" || len(off) != 1 {
+		t.Errorf("in-tree proxy off at %s: %v", v.Version, off)
 	}
 }

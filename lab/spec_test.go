@@ -59,10 +59,21 @@ func TestAPIServerArgs(t *testing.T) {
 		t.Error("peer CA set while the in-tree proxy is off")
 	}
 	spec.InTreeProxy = true
-	if args := strings.Join(APIServerArgs(spec, cur, pki), " "); !strings.Contains(args, "UnknownVersionInteroperabilityProxy=true") ||
+	// On as users switch it on: a 1.35 server needs the alpha gate, a
+	// 1.36 one has it on by default and needs only the peer CA.
+	if args := strings.Join(APIServerArgs(spec, old, pki), " "); !strings.Contains(args, "UnknownVersionInteroperabilityProxy=true") ||
 		!strings.Contains(args, "--peer-ca-file=/pki/ca.crt") {
-		t.Errorf("in-tree proxy args incomplete: %s", args)
+		t.Errorf("in-tree proxy args of a 1.35 server incomplete: %s", args)
 	}
+	if args := strings.Join(APIServerArgs(spec, cur, pki), " "); strings.Contains(args, "UnknownVersionInteroperabilityProxy") ||
+		!strings.Contains(args, "--peer-ca-file=/pki/ca.crt") {
+		t.Errorf("in-tree proxy args of a 1.36 server: want the gate at its default and the peer CA: %s", args)
+	}
+	spec.InTreeProxy, spec.DefaultAPIs = false, true
+	if args := strings.Join(APIServerArgs(spec, cur, pki), " "); strings.Contains(args, "v1alpha2") || strings.Contains(args, "GenericWorkload") {
+		t.Errorf("DefaultAPIs: a 1.36 server asked for scheduling.k8s.io/v1alpha2: %s", args)
+	}
+	spec.DefaultAPIs = false
 	if !strings.Contains(newArgs, "--endpoint-reconciler-type=lease") {
 		t.Error("the lease endpoint reconciler is not the default")
 	}

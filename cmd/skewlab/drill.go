@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -17,11 +16,11 @@ import (
 )
 
 func newDrillCmd() *cobra.Command {
-	o := drill.Options{Dir: lab.DefaultDir(), CacheDir: lab.DefaultCacheDir(), Progress: os.Stdout}
-	report, modes := filepath.Join("docs", "upgrade-drill.md"), ""
+	o := drill.Options{Dir: lab.DefaultDir(), CacheDir: lab.DefaultCacheDir(), Progress: os.Stdout, From: lab.OldVersion, To: lab.NewVersion}
+	report, modes := "", ""
 	cmd := &cobra.Command{
 		Use:   "drill",
-		Short: "Roll a three-node plane from v1.35.4 to v1.36.3 and back under load, without skewgate, with the in-tree proxy and with skewgate, and report every false 404 (and, on kubeadm, what the controllers lost)",
+		Short: "Roll a three-node plane from one version to the next (--from, --to) and back under load, without skewgate, with the in-tree proxy and with skewgate, and report every false 404 (and, on kubeadm, what the controllers lost)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if modes != "" {
@@ -35,6 +34,18 @@ func newDrillCmd() *cobra.Command {
 				return err
 			}
 			o.Queries = qs
+			o.Build = skewgateVersion(o)
+			pair, err := drill.PairOf(o.From, o.To)
+			if err != nil {
+				return err
+			}
+			defReport, defImages := pair.Docs()
+			if report == "" {
+				report = defReport
+			}
+			if o.OutDir == "" {
+				o.OutDir = defImages
+			}
 			// client-go's informers log every failed list: the report
 			// counts them instead.
 			klog.SetLogger(logr.Discard())
@@ -43,6 +54,8 @@ func newDrillCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Dir, "dir", o.Dir, "lab state directory")
+	f.StringVar(&o.From, "from", o.From, "the version the plane starts at and rolls back to")
+	f.StringVar(&o.To, "to", o.To, "the version it is upgraded to (pairs: "+pairs()+")")
 	f.StringVar(&o.CacheDir, "cache", o.CacheDir, "binary cache")
 	f.StringVar(&o.Skewgate, "skewgate", "bin/skewgate", "skewgate binary for the skewgate mode")
 	f.BoolVar(&o.Short, "short", false, "upgrade and roll back node-a only")
@@ -51,8 +64,8 @@ func newDrillCmd() *cobra.Command {
 	f.StringVar(&o.Image, "image", "", "with --kubeadm: skewgate's image archive (make image)")
 	f.StringVar(&o.ImageTag, "tag", "", "with --kubeadm: that image's tag (make image's VERSION)")
 	f.DurationVar(&o.Settle, "settle", time.Minute, "with --kubeadm: how long the controllers may settle before what was lost is counted")
-	f.StringVar(&report, "report", report, "where the markdown report goes")
-	f.StringVar(&o.OutDir, "images", filepath.Join("docs", "drill"), "where the report's PNGs go")
+	f.StringVar(&report, "report", report, "where the markdown report goes (default docs/upgrade-drill.md, for another pair than the default docs/upgrade-drill-<to's minor>.md)")
+	f.StringVar(&o.OutDir, "images", "", "where the report's PNGs go (default docs/drill, for another pair docs/drill/<to's minor>)")
 	f.StringVar(&o.Prometheus, "prometheus", "", "prometheus binary (default: from $PATH)")
 	return cmd
 }
@@ -62,10 +75,61 @@ func runDrill(cmd *cobra.Command, o drill.Options, report string) error {
 	if err != nil && len(results) == 0 {
 		return err
 	}
+	return errors.Join(err, drill.WriteAll(report, o, results, rerun(o)))
+}
+
+// rerun is the command that runs the drill again as o asks, as its
+// report names it.
+func rerun(o drill.Options) string {
+	modes := ""
+	if len(o.Modes) > 0 {
+		modes = strings.Join(o.Modes, ",")
+	}
+	if o.Short {
+		cmd := "bin/skewlab drill --short --from " + o.From + " --to " + o.To
+		if o.Kubeadm {
+			cmd += " --kubeadm"
+		}
+		if modes != "" {
+			cmd += " --modes '" + modes + "'"
+		}
+		return cmd
+	}
 	command := "make upgrade-drill"
+	if o.From != lab.OldVersion || o.To != lab.NewVersion {
+		command += " FROM=" + o.From + " TO=" + o.To
+	}
 	if o.Kubeadm {
 		command += " KUBEADM=on"
 	}
-	// The modes that finished are reported even when a later one failed.
-	return errors.Join(err, drill.WriteAll(report, o, results, command))
+	if modes != "" {
+		command += " DRILL_MODES='" + modes + "'"
+	}
+	return command
+}
+
+// pairs lists the upgrades the drill knows.
+func pairs() string {
+	var out []string
+	for _, p := range drill.Pairs {
+		out = append(out, p.String())
+	}
+	return strings.Join(out, ", ")
+}
+
+// skewgateVersion is the measured skewgate's version line (`skewgate
+// version`; on kubeadm its image's tag), "" if it has none.
+func skewgateVersion(o drill.Options) string {
+	if o.Kubeadm {
+		if o.ImageTag == "" {
+			return ""
+		}
+		return "skewgate's image `" + o.ImageTag + "`"
+	}
+	out, err := exec.Command(o.Skewgate, "version").Output()
+	if err != nil {
+		return ""
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	return "`" + strings.TrimSpace(first) + "`"
 }

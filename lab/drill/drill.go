@@ -1,6 +1,7 @@
 // Package drill runs the upgrade window skewgate exists for, on the lab: a
-// three-node control plane rolls from v1.35.4 to v1.36.3 one node at a
-// time and back, under a realistic workload spread by a load balancer, once
+// three-node control plane rolls from one version to the next (a Pair:
+// v1.35.4 → v1.36.3 by default, or v1.36.3 → v1.37.2) one node at a time
+// and back, under a realistic workload spread by a load balancer, once
 // without skewgate, once with kube-apiserver's in-tree Mixed Version Proxy,
 // once with skewgate — and counts, per phase, every false 404.
 package drill
@@ -42,6 +43,9 @@ var AllModes = []string{ModeNone, ModeInTree, ModeSkewgate, ModeSkewgateAuto, Mo
 
 // Options configure Run.
 type Options struct {
+	// From and To are the upgrade (a Pairs entry; default lab.OldVersion
+	// → lab.NewVersion).
+	From, To string
 	Dir      string // lab state directory for each mode's plane
 	CacheDir string
 	Skewgate string   // skewgate binary, for ModeSkewgate
@@ -73,6 +77,11 @@ type Options struct {
 	Image, ImageTag string
 	Settle          time.Duration
 	Progress        io.Writer
+	// Build names what was measured, as the report says it (e.g.
+	// skewgate's version).
+	Build string
+
+	pair Pair // From → To
 }
 
 // PanelQuery is one dashboard panel's PromQL, variables substituted.
@@ -99,6 +108,9 @@ type Phase struct {
 }
 
 func (o *Options) defaults() {
+	if o.From == "" && o.To == "" {
+		o.From, o.To = lab.OldVersion, lab.NewVersion
+	}
 	if len(o.Modes) == 0 {
 		o.Modes = AllModes[:4]
 		if o.Kubeadm {
@@ -128,6 +140,10 @@ func (o *Options) defaults() {
 // Run runs the drill once per mode, each on a fresh plane torn down after.
 func Run(ctx context.Context, o Options) ([]*Result, error) {
 	o.defaults()
+	var err error
+	if o.pair, err = PairOf(o.From, o.To); err != nil {
+		return nil, err
+	}
 	var out []*Result
 	for _, mode := range o.Modes {
 		fmt.Fprintf(o.Progress, "drill: %s\n", mode)
@@ -142,41 +158,45 @@ func Run(ctx context.Context, o Options) ([]*Result, error) {
 
 // steps are the rolling upgrade and rollback, one node at a time; with
 // kubelets (kubeadm), each node's kubelet follows its control plane.
-func steps(short, kubelets bool) []step {
+func steps(p Pair, short, kubelets bool) []step {
 	nodes := []string{"node-a", "node-b", "node-c"}
 	if short {
 		nodes = nodes[:1]
 	}
 	var s []step
 	add := func(verb, n, version string) {
-		s = append(s, step{verb + " " + n, n, version, false})
+		up := verb == "upgrade"
+		s = append(s, step{verb + " " + n, n, version, up, false})
 		if kubelets {
-			s = append(s, step{verb + " kubelet " + n, n, version, true})
+			s = append(s, step{verb + " kubelet " + n, n, version, up, true})
 		}
 	}
 	for _, n := range nodes {
-		add("upgrade", n, lab.NewVersion)
+		add("upgrade", n, p.To)
 	}
-	s = append(s, step{name: "steady " + lab.NewVersion})
+	s = append(s, step{name: "steady " + p.To})
 	for i := len(nodes) - 1; i >= 0; i-- {
-		add("rollback", nodes[i], lab.OldVersion)
+		add("rollback", nodes[i], p.From)
 	}
-	return append(s, step{name: "steady " + lab.OldVersion + " again"})
+	return append(s, step{name: "steady " + p.From + " again"})
 }
 
 type step struct {
 	name, node, version string
+	upgrade             bool // to the pair's To, not a rollback
 	kubelet             bool // the node's kubelet, not its control plane
 }
 
 func runMode(ctx context.Context, o Options, mode string) (*Result, error) {
-	spec, err := lab.ParseNodes("node-a=" + lab.OldVersion + ",node-b=" + lab.OldVersion + ",node-c=" + lab.OldVersion)
+	from, to := o.pair.From, o.pair.To
+	spec, err := lab.ParseNodes("node-a=" + from + ",node-b=" + from + ",node-c=" + from)
 	if err != nil {
 		return nil, err
 	}
 	spec.InTreeProxy, spec.Kubeadm = mode == ModeInTree, o.Kubeadm
+	spec.DefaultAPIs, spec.Upgrades = o.pair.DefaultAPIs, []string{to}
 	lo := lab.Options{Dir: o.Dir, CacheDir: o.CacheDir, Spec: spec, Progress: o.Progress,
-		Versions: []string{lab.NewVersion}}
+		Versions: []string{to}}
 	if o.Kubeadm {
 		lo.ReadyTimeout = 3 * time.Minute
 	} else if steering, ok := skewgateModes[mode]; ok {
@@ -204,7 +224,7 @@ func runMode(ctx context.Context, o Options, mode string) (*Result, error) {
 	for _, n := range plane.Spec.Nodes {
 		pres.up(n.Name, n.Version)
 	}
-	if err := pres.learn(ctx, probe, plane.Spec.Nodes[0].URL(), lab.OldVersion); err != nil {
+	if err := pres.learn(ctx, probe, plane.Spec.Nodes[0].URL(), from); err != nil {
 		return nil, err
 	}
 	var mon *Monitoring
@@ -240,7 +260,7 @@ func drive(ctx context.Context, o Options, plane *lab.Plane, pres *presence) (*R
 	}
 	go lb.check(wctx, pc)
 	res := &Result{Start: time.Now(), gaps: map[string]int{}}
-	gaps := &gapCounter{counts: res.gaps, served: pres.servedAtAll}
+	gaps := &gapCounter{counts: res.gaps, served: pres.servedAtAll, owned: o.pair.Owned.GVR}
 	phase := func() string { rec.mu.Lock(); defer rec.mu.Unlock(); return rec.phase }
 	gaps.phase = phase
 	begin := func(name string) {
@@ -257,15 +277,18 @@ func drive(ctx context.Context, o Options, plane *lab.Plane, pres *presence) (*R
 		var wg sync.WaitGroup
 		for _, n := range plane.Spec.Nodes {
 			wg.Add(1)
-			go func() { defer wg.Done(); clients{plane.PKI, lb, rec, nil}.pinned(wctx, n) }()
+			go func() {
+				defer wg.Done()
+				clients{pki: plane.PKI, lb: lb, rec: rec, pair: o.pair}.pinned(wctx, n)
+			}()
 		}
-		clients{plane.PKI, lb, rec, loss}.workload(wctx, gaps)
+		clients{pki: plane.PKI, lb: lb, rec: rec, loss: loss, pair: o.pair}.workload(wctx, gaps)
 		wg.Wait()
 		close(done)
 	}()
-	begin("steady " + lab.OldVersion)
+	begin("steady " + o.pair.From)
 	sleep(ctx, o.Steady)
-	for _, s := range steps(o.Short, o.Kubeadm) {
+	for _, s := range steps(o.pair, o.Short, o.Kubeadm) {
 		begin(s.name)
 		if s.node == "" {
 			sleep(ctx, o.Steady)
@@ -304,7 +327,7 @@ func move(ctx context.Context, o Options, plane *lab.Plane, s step, pres *presen
 		return moveKubeadm(ctx, plane, s, pres, pc)
 	}
 	hold := time.Duration(0)
-	if s.node == "node-b" && s.version == lab.NewVersion {
+	if s.node == "node-b" && s.upgrade {
 		hold = o.Hold
 	}
 	pres.down(s.node, time.Now())

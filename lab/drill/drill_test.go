@@ -115,19 +115,24 @@ func (w testWriter) Write(p []byte) (int, error) {
 // The kubeadm drill's steps: each node's kubelet right after its control
 // plane, the rollback in reverse order, steady phases between.
 func TestStepsKubeadm(t *testing.T) {
-	var got []string
-	for _, s := range steps(false, true) {
-		got = append(got, s.name)
-	}
-	want := []string{"upgrade node-a", "upgrade kubelet node-a", "upgrade node-b", "upgrade kubelet node-b", "upgrade node-c", "upgrade kubelet node-c",
-		"steady " + lab.NewVersion, "rollback node-c", "rollback kubelet node-c", "rollback node-b", "rollback kubelet node-b",
-		"rollback node-a", "rollback kubelet node-a", "steady " + lab.OldVersion + " again"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Errorf("steps:\n got %q\nwant %q", got, want)
-	}
-	for _, s := range steps(true, false) {
-		if s.kubelet {
-			t.Errorf("binary-swap steps have a kubelet step: %+v", s)
+	for _, p := range Pairs {
+		var got []string
+		for _, s := range steps(p, false, true) {
+			got = append(got, s.name)
+			if s.node != "" && s.upgrade != (s.version == p.To) {
+				t.Errorf("%s: step %q to %s: upgrade %t", p, s.name, s.version, s.upgrade)
+			}
+		}
+		want := []string{"upgrade node-a", "upgrade kubelet node-a", "upgrade node-b", "upgrade kubelet node-b", "upgrade node-c", "upgrade kubelet node-c",
+			"steady " + p.To, "rollback node-c", "rollback kubelet node-c", "rollback node-b", "rollback kubelet node-b",
+			"rollback node-a", "rollback kubelet node-a", "steady " + p.From + " again"}
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("%s: steps:\n got %q\nwant %q", p, got, want)
+		}
+		for _, s := range steps(p, true, false) {
+			if s.kubelet {
+				t.Errorf("binary-swap steps have a kubelet step: %+v", s)
+			}
 		}
 	}
 }

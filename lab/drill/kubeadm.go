@@ -96,7 +96,7 @@ func moveKubeadm(ctx context.Context, plane *lab.Plane, s step, pres *presence, 
 	switch {
 	case s.kubelet:
 		return plane.SetKubelet(ctx, s.node, s.version, stepTimeout)
-	case s.version == lab.NewVersion:
+	case s.upgrade:
 		apply := !slices.ContainsFunc(plane.Spec.Nodes, func(n lab.Node) bool { return n.Version == s.version })
 		return plane.KubeadmUpgrade(ctx, s.node, s.version, apply)
 	}

@@ -34,8 +34,8 @@ const gcNamespace = "drill-gc"
 
 // Loss is what one mode's run lost, counted after the drill settled.
 type Loss struct {
-	// Pairs are the owners (workloads, a type only v1.36 serves) created
-	// with a dependent configmap each.
+	// Pairs are the owners (of the pair's Owned type, which only its To
+	// serves) created with a dependent configmap each.
 	Pairs int
 	// GCDeleted are dependents gone although their owner exists: the
 	// garbage collector deleted them.
@@ -85,22 +85,26 @@ func (l *losses) deleted(ns string) {
 	l.mu.Unlock()
 }
 
-// createPair creates a workload owner and a configmap it owns in ns, and
-// reports whether both exist.
-func createPair(ctx context.Context, dyn dynamic.Interface, ns string, n int) (pair, bool) {
+// createPair creates an owner of type t and a configmap it owns in ns,
+// and reports whether both exist.
+func createPair(ctx context.Context, dyn dynamic.Interface, t NewType, ns string, n int) (pair, bool) {
 	p := pair{owner: fmt.Sprintf("gc-owner-%d", n), dependent: fmt.Sprintf("gc-dep-%d", n)}
-	owner, err := dyn.Resource(workloads).Namespace(ns).Create(ctx, workload(p.owner), metav1.CreateOptions{})
+	obj, err := t.Object(p.owner)
+	if err != nil {
+		return p, false
+	}
+	owner, err := dyn.Resource(t.GVR).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {
 		return p, false
 	}
 	dep := configMap(p.dependent)
-	dep.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: workloads.GroupVersion().String(), Kind: "Workload", Name: owner.GetName(), UID: owner.GetUID()}})
+	dep.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: t.GVR.GroupVersion().String(), Kind: t.Kind, Name: owner.GetName(), UID: owner.GetUID()}})
 	_, err = dyn.Resource(configMaps).Namespace(ns).Create(ctx, dep, metav1.CreateOptions{})
 	return p, err == nil
 }
 
 // owners creates an owned pair in gcNamespace every 2 s; outside the
-// window (no server serves workloads) the owner's create fails and
+// window (no server serves the owned type) the owner's create fails and
 // nothing is recorded.
 func (c clients) owners(ctx context.Context) {
 	dyn, err := c.dynamic()
@@ -115,7 +119,7 @@ func (c clients) owners(ctx context.Context) {
 		sleep(ctx, time.Second)
 	}
 	for n := 0; ctx.Err() == nil; n++ {
-		if p, ok := createPair(ctx, dyn, gcNamespace, n); ok {
+		if p, ok := createPair(ctx, dyn, c.pair.Owned, gcNamespace, n); ok {
 			c.loss.addPair(p)
 		}
 		sleep(ctx, 2*time.Second)
@@ -125,7 +129,7 @@ func (c clients) owners(ctx context.Context) {
 var namespaces = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 
 // count waits settle, then counts what was lost: etcd's keys, read
-// directly (a rolled-back plane serves no workloads), and the deleted
+// directly (a rolled-back plane does not serve the owned type), and the deleted
 // namespaces that still exist.
 func (l *losses) count(ctx context.Context, plane *lab.Plane, settle time.Duration) *Loss {
 	sleep(ctx, settle)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/skewgate/skewgate/lab"
 )
 
 // Tally is what one phase (or a whole run) of one mode answered.
@@ -107,7 +109,11 @@ func (r *Result) Total() Tally {
 // WriteReport writes the drill's report as markdown.
 func WriteReport(w io.Writer, results []*Result, o Options, command string, images []string) {
 	o.defaults()
-	fmt.Fprintf(w, "# Upgrade drill: v1.35.4 → v1.36.3 → v1.35.4\n\n")
+	if o.pair.From == "" {
+		o.pair, _ = PairOf(o.From, o.To)
+	}
+	p := o.pair
+	fmt.Fprintf(w, "# Upgrade drill: %s → %s → %s\n\n", p.From, p.To, p.From)
 	if o.Kubeadm {
 		writeKubeadmIntro(w, o, command)
 	} else {
@@ -120,15 +126,17 @@ func WriteReport(w io.Writer, results []*Result, o Options, command string, imag
 		"the client then acts as on a false 404. **503s by cause**: the local server away, a capable server away or not yet known, the rollback grace, "+
 		"a peer's in-flight limit or breaker, a server unreachable, other (the in-tree proxy's and the apiservers' own). **Other errors** are failed requests: transport errors, resets, 5xx but 503. "+
 		"A **pinned client's failed request** is anything but a success or a genuine 4xx, except a 503 for a type no live server served at that moment (every server of it away or rolled back: nothing could have answered it). "+
-		"Modes: `%s` steers always (`--steering-mode=always`), `%s` is the default, not armed, `%s` is auto armed before the upgrade through the cluster's switch (the ConfigMap `kube-system/skewgate`, `steering: always`).\n\n",
-		grace, ModeSkewgate, ModeSkewgateAuto, ModeSkewgateArmed)
+		"Modes: `%s` steers always (`--steering-mode=always`), `%s` is the default, not armed, `%s` is auto armed before the upgrade through the cluster's switch (the ConfigMap `kube-system/skewgate`, `steering: always`). "+
+		"`%s` is kube-apiserver's Mixed Version Proxy switched on as users switch it on: %s; skewgate is not running then.\n\n",
+		grace, ModeSkewgate, ModeSkewgateAuto, ModeSkewgateArmed, ModeInTree, inTreeSetting(p, o.Kubeadm))
+	writeOtherPairs(w, p)
 	fmt.Fprintf(w, "## Totals\n\n| mode | duration | requests | false 404s | 404s in the grace | discovery gaps | 503s (by cause) | 503s lasted | other errors | pinned clients failed | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		t := r.Total()
 		fmt.Fprintf(w, "| %s | %s | %d | **%d** | %d | %d | %s | %s | %d | %d of %d | %s | %s |\n", r.Mode, r.End.Sub(r.Start).Round(time.Second),
 			t.Requests, t.False404, t.Grace404, t.Gaps, causes(t), t.UnavailableFor.Round(100*time.Millisecond), t.Errors, t.PinnedFailed, t.Pinned, ms(t.P50), ms(t.P99))
 	}
-	writeLosses(w, results)
+	writeLosses(w, p, results)
 	writeComparison(w, results)
 	for _, img := range images {
 		fmt.Fprintf(w, "\n![%s](%s)\n", img, img)
@@ -148,23 +156,68 @@ func WriteReport(w io.Writer, results []*Result, o Options, command string, imag
 	}
 }
 
-// writeSwapIntro says what the drill on the binary-swap lab did.
-func writeSwapIntro(w io.Writer, o Options, command string) {
-	writtenBy(w, command)
-	fmt.Fprintf(w, "Three nodes start at v1.35.4 and are upgraded one at a time to v1.36.3, each after the previous is ready, then rolled back one at a time. "+
-		"node-b's apiserver is held down %s in its upgrade (a slow image pull). A load balancer spreads the workload's connections over the nodes whose `/readyz` passes: "+
-		"informers (list + watch) on configmaps, `scheduling.k8s.io/v1alpha2` workloads and `admissionregistration.k8s.io/v1` mutatingadmissionpolicies "+
-		"(both only on v1.36; diffing the two versions' discovery finds nothing only on v1.35), creates/updates/deletes, lists and gets, "+
-		"discovery refreshes as kubectl does them, and a namespace deleted as the namespace controller does (discovery, then deletecollection of every namespaced resource). "+
-		"Beside them, one **pinned client per node** talks to that node's own address on one kept connection, as kube-controller-manager, kube-scheduler and "+
-		"kubeadm's local-mode kubelets do: lists, creates and deletes of configmaps and lists of workloads, ten a second, through the node's own restart.\n\n",
-		o.Hold)
+// writeOtherPairs links the other pairs' reports, where the drill writes
+// them by default (beside this one).
+func writeOtherPairs(w io.Writer, p Pair) {
+	var links []string
+	for _, o := range Pairs {
+		if o.String() != p.String() {
+			report, _ := o.Docs()
+			links = append(links, fmt.Sprintf("[%s](%s)", o, filepath.Base(report)))
+		}
+	}
+	if len(links) > 0 {
+		fmt.Fprintf(w, "The drill of the other upgrades: %s.\n\n", strings.Join(links, ", "))
+	}
 }
 
-// writtenBy opens a report's introduction: what wrote it, when, where.
-func writtenBy(w io.Writer, command string) {
-	fmt.Fprintf(w, "Written by `%s` on %s (%s/%s, %d CPUs); regenerate it by running that again. ",
-		command, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+// writeSwapIntro says what the drill on the binary-swap lab did.
+func writeSwapIntro(w io.Writer, o Options, command string) {
+	writtenBy(w, o, command)
+	p := o.pair
+	fmt.Fprintf(w, "Three nodes start at %s and are upgraded one at a time to %s, each after the previous is ready, then rolled back one at a time. "+
+		"node-b's apiserver is held down %s in its upgrade (a slow image pull). A load balancer spreads the workload's connections over the nodes whose `/readyz` passes: "+
+		"informers (list + watch) on configmaps, %s "+
+		"(%s), creates/updates/deletes, lists and gets, "+
+		"discovery refreshes as kubectl does them, and a namespace deleted as the namespace controller does (discovery, then deletecollection of every namespaced resource). "+
+		"Beside them, one **pinned client per node** talks to that node's own address on one kept connection, as kube-controller-manager, kube-scheduler and "+
+		"kubeadm's local-mode kubelets do: lists, creates and deletes of configmaps and lists of %s, ten a second, through the node's own restart.\n\n",
+		p.From, p.To, o.Hold, p.newTypes(), p.onlyTo(), p.Owned.GVR.Resource)
+}
+
+// newTypes names the pair's new types, as the reports do.
+func (p Pair) newTypes() string {
+	return fmt.Sprintf("`%s` %s and `%s` %s", p.Owned.GVR.GroupVersion(), p.Owned.GVR.Resource, p.Cluster.GroupVersion(), p.Cluster.Resource)
+}
+
+// onlyTo says where the new types are served, and how.
+func (p Pair) onlyTo() string {
+	return fmt.Sprintf("both only on %s, with %s; diffing the two versions' discovery finds nothing only on %s", p.To, p.Config, p.From)
+}
+
+// inTreeSetting says how the in-tree proxy mode switches the proxy on,
+// for the pair's versions (lab.APIServerArgs, the kubeadm configuration).
+func inTreeSetting(p Pair, kubeadm bool) string {
+	where := "the apiserver's flags (beside `--peer-advertise-ip` and `--peer-advertise-port`, the node's own address)"
+	if kubeadm {
+		where = "`apiServer.extraArgs` of kubeadm's ClusterConfiguration, as kubeadm does not set it"
+	}
+	gate := "the `UnknownVersionInteroperabilityProxy` gate at its default (beta, on, from 1.36)"
+	if (lab.Node{Version: p.From}).Minor() < 36 {
+		gate = "the `UnknownVersionInteroperabilityProxy` gate set to true (alpha, off by default, on 1.35; beta and on by default from 1.36)"
+	}
+	return fmt.Sprintf("%s and `--peer-ca-file` the cluster's CA through %s", gate, where)
+}
+
+// writtenBy opens a report's introduction: what wrote it, of which
+// build, when, where.
+func writtenBy(w io.Writer, o Options, command string) {
+	build := ""
+	if o.Build != "" {
+		build = " with " + o.Build
+	}
+	fmt.Fprintf(w, "Written by `%s`%s on %s (%s/%s, %d CPUs); regenerate it by running that again. ",
+		command, build, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 }
 
 // causes renders a tally's 503s by cause.

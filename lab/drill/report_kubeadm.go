@@ -4,32 +4,39 @@ import (
 	"fmt"
 	"io"
 	"strings"
-
-	"github.com/skewgate/skewgate/lab"
 )
 
 // writeKubeadmIntro says what the drill on the kubeadm lab did.
 func writeKubeadmIntro(w io.Writer, o Options, command string) {
-	writtenBy(w, command)
+	writtenBy(w, o, command)
+	p := o.pair
 	fmt.Fprintf(w, "The plane is built and upgraded by kubeadm itself ([kubeadm-lab.md](kubeadm-lab.md)): three control-plane nodes, `kubeadm init` on node-a and "+
-		"`kubeadm join --control-plane` on node-b and node-c at v1.35.4, stacked etcd, every component a static pod run by the node's kubelet, "+
-		"a `controlPlaneEndpoint` VIP on node-a. The upgrade is the one of kubeadm's documentation: the `scheduling.k8s.io/v1alpha2` runtime-config and the "+
-		"`GenericWorkload` gate added to `apiServer.extraArgs` of the `kubeadm-config` ClusterConfiguration, `kubeadm upgrade apply %s` on node-a, "+
+		"`kubeadm join --control-plane` on node-b and node-c at %s, stacked etcd, every component a static pod run by the node's kubelet, "+
+		"a `controlPlaneEndpoint` VIP on node-a. The upgrade is the one of kubeadm's documentation: %s`kubeadm upgrade apply %s` on node-a, "+
 		"`kubeadm upgrade node` on node-b and node-c (kubeadm %s swapped in as its package would be), and after each node's control plane its kubelet "+
 		"(cordon, the %s kubelet, restart, uncordon). The rollback is the operator's after a failed upgrade, node-c first: the static-pod manifests and the "+
 		"kubelet configuration kubeadm backed up (`/etc/kubernetes/tmp/kubeadm-backup-manifests-*`, `kubeadm-kubelet-config-*`) put back, then the %s kubelet. "+
 		"Each phase lasts as long as its step took (a steady phase %s). "+
 		"A load balancer spreads the workload's connections over the nodes whose `/readyz` passes: informers (list + watch) on configmaps, "+
-		"`scheduling.k8s.io/v1alpha2` workloads and `admissionregistration.k8s.io/v1` mutatingadmissionpolicies (both only on v1.36), "+
+		"%s (%s), "+
 		"creates/updates/deletes, lists and gets, discovery refreshes as kubectl does them; one **pinned client per node** on that node's own address "+
 		"on one kept connection. The cluster's own **kube-controller-manager and kube-scheduler** (static pods of each node's version, through the node's "+
 		"own address as kubeadm's kubeconfigs name it) run throughout: their requests are not in the counts below, what their garbage collector and "+
 		"namespace controller do is (*What users lose*). skewgate runs as users run it: the DaemonSet of `deploy/kubernetes` on kubeadm's PKI.\n\n",
-		lab.NewVersion, lab.NewVersion, lab.NewVersion, lab.OldVersion, o.Steady)
+		p.From, configEdit(p), p.To, p.To, p.To, p.From, o.Steady, p.newTypes(), p.onlyTo())
+}
+
+// configEdit is what the operator adds to kubeadm's ClusterConfiguration
+// before `kubeadm upgrade apply`, for To to serve the pair's new types.
+func configEdit(p Pair) string {
+	if p.DefaultAPIs {
+		return ""
+	}
+	return p.Config + " added to `apiServer.extraArgs` of the `kubeadm-config` ClusterConfiguration, "
 }
 
 // writeLosses is the table of what each mode lost, where it was counted.
-func writeLosses(w io.Writer, results []*Result) {
+func writeLosses(w io.Writer, p Pair, results []*Result) {
 	var any bool
 	for _, r := range results {
 		any = any || r.Loss != nil
@@ -37,13 +44,14 @@ func writeLosses(w io.Writer, results []*Result) {
 	if !any {
 		return
 	}
-	fmt.Fprintf(w, "\n## What users lose\n\nThroughout the drill the workload creates, every 2 s, a `scheduling.k8s.io/v1alpha2` Workload in `%s` and a ConfigMap it owns "+
-		"(an `ownerReference` with the Workload's uid; outside the window no server serves workloads and nothing is created), and every 8 s a namespace holding such a pair "+
+	kind, gv := p.Owned.Kind, p.Owned.GVR.GroupVersion()
+	fmt.Fprintf(w, "\n## What users lose\n\nThroughout the drill the workload creates, every 2 s, a `%s` %s in `%s` and a ConfigMap it owns "+
+		"(an `ownerReference` with the %s's uid; outside the window no server serves %s and nothing is created), and every 8 s a namespace holding such a pair "+
 		"and a ConfigMap, deleted at once and left to the real namespace controller. After the drill, and after a settle time for the controllers, "+
-		"etcd's keys are read directly (the rolled-back plane serves no workloads): **dependents deleted by the garbage collector although their owner exists** "+
-		"(the ConfigMap is gone, its Workload is in etcd: the garbage collector got a 404 for the owner), **namespaces stuck terminating** (a deleted namespace "+
+		"etcd's keys are read directly (the rolled-back plane serves no %s): **dependents deleted by the garbage collector although their owner exists** "+
+		"(the ConfigMap is gone, its %s is in etcd: the garbage collector got a 404 for the owner), **namespaces stuck terminating** (a deleted namespace "+
 		"that still exists), **objects orphaned** (keys in etcd of a namespace that no longer exists: the namespace controller finished without deleting them, "+
-		"so nothing will).\n\n", gcNamespace)
+		"so nothing will).%s\n\n", gv, kind, gcNamespace, kind, p.Owned.GVR.Resource, p.Owned.GVR.Resource, kind, p.OwnerLifetime)
 	fmt.Fprintf(w, "| mode | owned pairs created | dependents deleted by the GC, owner present | namespaces deleted | stuck terminating | objects orphaned | settle |\n|---|---|---|---|---|---|---|\n")
 	lost := false
 	for _, r := range results {
@@ -81,7 +89,7 @@ func writeLosses(w io.Writer, results []*Result) {
 		}
 	}
 	if gc == 0 {
-		fmt.Fprintf(w, "\nNo mode lost a dependent to the garbage collector. %s\n", whyNoGCLoss)
+		fmt.Fprintf(w, "\nNo mode lost a dependent to the garbage collector. "+whyNoGCLoss+"\n", p.Owned.GVR.GroupVersion(), p.Owned.Kind, p.Owned.GVR.GroupVersion(), p.Owned.Kind)
 	}
 	if !lost {
 		fmt.Fprintf(w, "\nNor did any mode leave a namespace terminating or an object orphaned.\n")
@@ -91,8 +99,8 @@ func writeLosses(w io.Writer, results []*Result) {
 // whyNoGCLoss is why, as far as the drill saw, kubeadm's defaults keep
 // the garbage collector from a false 404.
 const whyNoGCLoss = "kubeadm's controller-manager talks to its own node's apiserver (`controller-manager.conf` names the node's advertise address), " +
-	"so it reads discovery and owners from the same server: a v1.35 one without skewgate cannot map a `scheduling.k8s.io/v1alpha2` owner and retries " +
-	"(`unable to get REST mapping for scheduling.k8s.io/v1alpha2/Workload` in its log) instead of asking for the owner and getting a 404. " +
+	"so it reads discovery and owners from the same server: an old one without skewgate cannot map a `%s` %s owner and retries " +
+	"(`unable to get REST mapping for %s/%s` in its log) instead of asking for the owner and getting a 404. " +
 	"Its namespace controller, though, finishes a namespace without the types its discovery lacks: the orphans above. " +
 	"A garbage collector's false 404 needs discovery from one server and the owner from another, e.g. a controller-manager pointed at a load balancer " +
 	"or the VIP across mixed versions; the drill does not run one."

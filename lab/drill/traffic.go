@@ -26,14 +26,9 @@ import (
 	"github.com/skewgate/skewgate/lab"
 )
 
-// Resources the workload uses: a core one every version serves, and the
-// ones only v1.36 serves (found by diffing the two versions' discovery;
-// nothing is served only by v1.35 with the lab's flags).
-var (
-	configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	workloads  = schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "workloads"}
-	mapolicies = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicies"}
-)
+// configMaps is the resource every version serves; the ones only the
+// pair's To serves are its Pair's.
+var configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 
 // balancer spreads new connections over the nodes whose /readyz passes, as
 // an L4 load balancer in front of the apiservers does.
@@ -96,6 +91,7 @@ type clients struct {
 	// owned pairs and deleted namespaces for the garbage collector and
 	// the namespace controller to act on.
 	loss *losses
+	pair Pair // the types only its To serves
 }
 
 func (c clients) config() *rest.Config {
@@ -153,7 +149,7 @@ func (c clients) workload(ctx context.Context, gaps *gapCounter) {
 // kube-scheduler and the kubelets of a control-plane node are (kubeadm's
 // local API endpoint): one connection, kept through the node's restart;
 // lists, creates and deletes of configmaps and lists of workloads, about
-// ten a second.
+// ten a second. Workloads: the pair's Owned type.
 func (c clients) pinned(ctx context.Context, n lab.Node) {
 	// The files' contents, not their names: client-go caches transports
 	// by CA file name, and each mode's plane has a new CA at the same path.
@@ -186,7 +182,7 @@ func (c clients) pinned(ctx context.Context, n lab.Node) {
 		case 1:
 			_, _ = cms.Create(ctx, configMap(name), metav1.CreateOptions{})
 		case 2:
-			_, _ = dyn.Resource(workloads).Namespace("default").List(ctx, metav1.ListOptions{Limit: 20})
+			_, _ = dyn.Resource(c.pair.Owned.GVR).Namespace("default").List(ctx, metav1.ListOptions{Limit: 20})
 		case 3:
 			_ = cms.Delete(ctx, name, metav1.DeleteOptions{})
 		}
@@ -201,7 +197,7 @@ func (c clients) informers(ctx context.Context) {
 		return
 	}
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, metav1.NamespaceAll, nil)
-	for _, gvr := range []schema.GroupVersionResource{configMaps, workloads, mapolicies} {
+	for _, gvr := range append([]schema.GroupVersionResource{configMaps}, c.pair.types()...) {
 		f.ForResource(gvr).Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{})
 	}
 	f.Start(ctx.Done())
@@ -226,15 +222,19 @@ func (c clients) fresh(ctx context.Context, each func(*dynamic.DynamicClient) bo
 	}
 }
 
-// writer creates, updates and deletes configmaps and workloads.
+// writer creates, updates and deletes configmaps and objects of the
+// pair's Owned type.
 func (c clients) writer(ctx context.Context, id int) {
 	n := 0
 	c.fresh(ctx, func(dyn *dynamic.DynamicClient) bool {
 		n++
 		name := fmt.Sprintf("drill-%d-%d", id, n)
-		gvr, obj := configMaps, configMap(name)
+		gvr, obj, err := configMaps, configMap(name), error(nil)
 		if n%2 == 0 {
-			gvr, obj = workloads, workload(name)
+			gvr = c.pair.Owned.GVR
+			if obj, err = c.pair.Owned.Object(name); err != nil {
+				return false
+			}
 		}
 		res := dyn.Resource(gvr).Namespace("default")
 		if created, err := res.Create(ctx, obj, metav1.CreateOptions{}); err == nil {
@@ -250,25 +250,28 @@ func (c clients) writer(ctx context.Context, id int) {
 func (c clients) reader(ctx context.Context) {
 	c.fresh(ctx, func(dyn *dynamic.DynamicClient) bool {
 		_, _ = dyn.Resource(configMaps).Namespace("default").List(ctx, metav1.ListOptions{Limit: 20})
-		_, _ = dyn.Resource(workloads).Namespace("default").List(ctx, metav1.ListOptions{Limit: 20})
-		_, _ = dyn.Resource(workloads).Namespace("default").Get(ctx, "drill-absent", metav1.GetOptions{})
-		_, _ = dyn.Resource(mapolicies).List(ctx, metav1.ListOptions{Limit: 20})
+		_, _ = dyn.Resource(c.pair.Owned.GVR).Namespace("default").List(ctx, metav1.ListOptions{Limit: 20})
+		_, _ = dyn.Resource(c.pair.Owned.GVR).Namespace("default").Get(ctx, "drill-absent", metav1.GetOptions{})
+		_, _ = dyn.Resource(c.pair.Cluster).List(ctx, metav1.ListOptions{Limit: 20})
 		return sleep(ctx, 100*time.Millisecond)
 	})
 }
 
-// gapCounter counts discovery answers that lack a group/version some
-// server present serves: a client acts on that as on a false 404.
+// gapCounter counts discovery answers that lack a type some server
+// present serves (of the pair's Owned type's group/version): a client acts
+// on that as on a false 404.
 type gapCounter struct {
 	mu     sync.Mutex
 	phase  func() string
 	served func(schema.GroupVersionResource) bool
+	owned  schema.GroupVersionResource
 	counts map[string]int // phase → gaps
 }
 
-func (g *gapCounter) check(gvs map[schema.GroupVersion]bool) {
-	for _, gv := range []schema.GroupVersion{workloads.GroupVersion()} {
-		if g.served(gv.WithResource("")) && !gvs[gv] {
+// check counts a gap when discovery's answer lacks the owned type.
+func (g *gapCounter) check(found listed) {
+	for _, gvr := range []schema.GroupVersionResource{g.owned} {
+		if g.served(gvr) && !found.has(gvr) {
 			g.mu.Lock()
 			g.counts[g.phase()]++
 			g.mu.Unlock()
@@ -283,14 +286,12 @@ func (c clients) discovery(ctx context.Context, gaps *gapCounter) {
 		if err != nil {
 			return
 		}
-		if groups, _, err := dc.ServerGroupsAndResources(); err == nil || groups != nil {
-			gvs := failing(err)
-			for _, g := range groups {
-				for _, v := range g.Versions {
-					gvs[schema.GroupVersion{Group: g.Name, Version: v.Version}] = true
-				}
+		if groups, lists, err := dc.ServerGroupsAndResources(); err == nil || groups != nil {
+			found := failing(err)
+			for _, l := range lists {
+				found.add(l)
 			}
-			gaps.check(gvs)
+			gaps.check(found)
 		}
 		sleep(ctx, 2*time.Second)
 	}
@@ -312,12 +313,14 @@ func (c clients) namespaces(ctx context.Context, gaps *gapCounter) {
 		if _, err := dyn.Resource(namespaces).Create(ctx, nsObj, metav1.CreateOptions{}); err == nil {
 			_, _ = dyn.Resource(configMaps).Namespace(ns).Create(ctx, configMap("in-ns"), metav1.CreateOptions{})
 			if c.loss == nil {
-				_, _ = dyn.Resource(workloads).Namespace(ns).Create(ctx, workload("in-ns"), metav1.CreateOptions{})
+				if obj, err := c.pair.Owned.Object("in-ns"); err == nil {
+					_, _ = dyn.Resource(c.pair.Owned.GVR).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+				}
 				c.deleteNamespace(ctx, dyn, ns, gaps)
 			} else {
 				// Outside the window the pair fails (no server serves
-				// workloads): the namespace is deleted all the same.
-				_, _ = createPair(ctx, dyn, ns, n)
+				// the owned type): the namespace is deleted all the same.
+				_, _ = createPair(ctx, dyn, c.pair.Owned, ns, n)
 				if dyn.Resource(namespaces).Delete(ctx, ns, metav1.DeleteOptions{}) == nil {
 					c.loss.deleted(ns)
 				}
@@ -333,46 +336,67 @@ func (c clients) deleteNamespace(ctx context.Context, dyn *dynamic.DynamicClient
 		return
 	}
 	lists, err := dc.ServerPreferredNamespacedResources()
-	gvs := failing(err)
+	found := failing(err)
 	for _, l := range lists {
 		gv, err := schema.ParseGroupVersion(l.GroupVersion)
 		if err != nil {
 			continue
 		}
-		gvs[gv] = true
+		found.add(l)
 		for _, r := range l.APIResources {
 			if slices.Contains(r.Verbs, "deletecollection") {
 				_ = dyn.Resource(gv.WithResource(r.Name)).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 			}
 		}
 	}
-	gaps.check(gvs)
+	gaps.check(found)
 	_ = dyn.Resource(namespaces).Delete(ctx, ns, metav1.DeleteOptions{})
 }
 
-// failing are the group-versions discovery reported as failing (Stale: an
-// API temporarily unavailable). A client knows those exist: the namespace
-// controller, for one, does not finish a deletion while any fails.
-func failing(err error) map[schema.GroupVersion]bool {
-	gvs := map[schema.GroupVersion]bool{}
+// listed is what a discovery answer lists: resources by group/version, and
+// the group/versions it reported failing, which may hold any resource.
+// By resource, not group/version: 1.37's new types are in group/versions
+// 1.36 serves too (certificates.k8s.io/v1, resource.k8s.io/v1).
+type listed struct {
+	resources map[schema.GroupVersion]map[string]bool
+	failed    map[schema.GroupVersion]bool
+}
+
+func (l listed) add(list *metav1.APIResourceList) {
+	gv, err := schema.ParseGroupVersion(list.GroupVersion)
+	if err != nil {
+		return
+	}
+	if l.resources[gv] == nil {
+		l.resources[gv] = map[string]bool{}
+	}
+	for _, r := range list.APIResources {
+		l.resources[gv][r.Name] = true
+	}
+}
+
+func (l listed) has(gvr schema.GroupVersionResource) bool {
+	return l.failed[gvr.GroupVersion()] || l.resources[gvr.GroupVersion()][gvr.Resource]
+}
+
+// failing starts a listing with the group-versions discovery reported as
+// failing (Stale: an API temporarily unavailable). A client knows those
+// exist: the namespace controller, for one, does not finish a deletion
+// while any fails.
+func failing(err error) listed {
+	l := listed{resources: map[schema.GroupVersion]map[string]bool{}, failed: map[schema.GroupVersion]bool{}}
 	var failed *discovery.ErrGroupDiscoveryFailed
 	if errors.As(err, &failed) {
 		for gv := range failed.Groups {
-			gvs[gv] = true
+			l.failed[gv] = true
 		}
 	}
-	return gvs
+	return l
 }
 
 func configMap(name string) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": name}, "data": map[string]any{"k": "v"}}}
-}
-
-func workload(name string) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "Workload",
-		"metadata": map[string]any{"name": name},
-		"spec":     map[string]any{"podGroupTemplates": []any{map[string]any{"name": "workers", "schedulingPolicy": map[string]any{"basic": map[string]any{}}}}}}}
 }
 
 // sleep waits d or until ctx ends, and reports whether d passed.
