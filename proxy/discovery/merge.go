@@ -51,7 +51,13 @@ func mergeGroups(ids []string, docs map[string]*Doc) []apidiscoveryv2.APIGroupDi
 }
 
 // withStale adds to m, marked Stale, every group-version of the away docs
-// that m lacks; groups and versions keep the away docs' order after m's.
+// that m lacks, and every resource they list in a group-version m has
+// without it — the group-version then marked Stale: aggregated discovery
+// has freshness per group-version only, and a type a rollback took from a
+// group-version the old version serves too (1.37's podcertificaterequests
+// in certificates.k8s.io/v1) must not vanish for the grace, or the
+// namespace controller deletes a namespace past its objects. Groups,
+// versions and resources keep the away docs' order after m's.
 func withStale(m *Merged, away []*Doc) *Merged {
 	groups := append(slices.Clone(m.API().Items), m.APIs().Items...)
 	index := map[string]int{}
@@ -71,9 +77,24 @@ func withStale(m *Merged, away []*Doc) *Merged {
 				groups = append(groups, g)
 			}
 			for _, v := range d.versionsOf(g.Name) {
-				if !slices.ContainsFunc(groups[i].Versions, func(have apidiscoveryv2.APIVersionDiscovery) bool { return have.Version == v.Version }) {
+				j := slices.IndexFunc(groups[i].Versions, func(have apidiscoveryv2.APIVersionDiscovery) bool { return have.Version == v.Version })
+				if j < 0 {
 					v.Freshness = apidiscoveryv2.DiscoveryFreshnessStale
 					groups[i].Versions = append(slices.Clone(groups[i].Versions), v)
+					continue
+				}
+				have := groups[i].Versions[j]
+				added := false
+				for _, r := range v.Resources {
+					if !slices.ContainsFunc(have.Resources, func(h apidiscoveryv2.APIResourceDiscovery) bool { return h.Resource == r.Resource }) {
+						have.Resources = append(slices.Clone(have.Resources), r)
+						added = true
+					}
+				}
+				if added {
+					have.Freshness = apidiscoveryv2.DiscoveryFreshnessStale
+					groups[i].Versions = slices.Clone(groups[i].Versions)
+					groups[i].Versions[j] = have
 				}
 			}
 		}

@@ -251,3 +251,42 @@ func TestAwayServersStayStale(t *testing.T) {
 		}
 	}
 }
+
+// Bug, seen in the 1.36 → 1.37 drill: a resource a rolled-back server
+// listed in a group-version the others serve too (podcertificaterequests in
+// certificates.k8s.io/v1) vanished from the merged view for the grace — 12
+// discovery gaps — where a whole group-version stays, Stale. It stays too,
+// its group-version Stale; nothing healthy servers list alone is.
+func TestAwayResourceInSharedVersionStaysStale(t *testing.T) {
+	healthy := group("certificates.k8s.io", version("v1",
+		res("certificatesigningrequests", "certificatesigningrequest", "CertificateSigningRequest", apidiscoveryv2.ScopeCluster, rwVerbs)))
+	away := group("certificates.k8s.io", version("v1",
+		res("certificatesigningrequests", "certificatesigningrequest", "CertificateSigningRequest", apidiscoveryv2.ScopeCluster, rwVerbs),
+		res("podcertificaterequests", "podcertificaterequest", "PodCertificateRequest", apidiscoveryv2.ScopeNamespace, rwVerbs)))
+	old, gone := oldDoc(), oldDoc()
+	old.APIs.Items = append(old.APIs.Items, healthy)
+	gone.APIs.Items = append(gone.APIs.Items, away)
+	s := NewStore()
+	s.Record("old", old, nil)
+	s.SetHealthy([]string{"old"})
+	s.SetAway([]*Doc{gone})
+	got := names(s.Snapshot().Merged.APIs())
+	if !slices.Contains(got, "certificates.k8s.io/v1/podcertificaterequests") || !slices.Contains(got, "certificates.k8s.io/v1/certificatesigningrequests") {
+		t.Errorf("merged certificates.k8s.io/v1 within the grace: %v", got)
+	}
+	for _, g := range s.Snapshot().Merged.APIs().Items {
+		for _, v := range g.Versions {
+			stale := v.Freshness == apidiscoveryv2.DiscoveryFreshnessStale
+			if g.Name == "certificates.k8s.io" && !stale || g.Name == "scheduling.k8s.io" && stale {
+				t.Errorf("%s/%s Stale %t", g.Name, v.Version, stale)
+			}
+		}
+	}
+	if got := names(apidiscoveryv2.APIGroupDiscoveryList{Items: old.APIs.Items}); slices.Contains(got, "certificates.k8s.io/v1/podcertificaterequests") {
+		t.Error("the healthy server's own doc changed")
+	}
+	s.SetAway(nil)
+	if got := names(s.Snapshot().Merged.APIs()); slices.Contains(got, "certificates.k8s.io/v1/podcertificaterequests") {
+		t.Error("listed once nobody away serves it")
+	}
+}
