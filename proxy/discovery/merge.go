@@ -52,12 +52,17 @@ func mergeGroups(ids []string, docs map[string]*Doc) []apidiscoveryv2.APIGroupDi
 
 // withStale adds to m, marked Stale, every group-version of the away docs
 // that m lacks, and every resource they list in a group-version m has
-// without it — the group-version then marked Stale: aggregated discovery
-// has freshness per group-version only, and a type a rollback took from a
-// group-version the old version serves too (1.37's podcertificaterequests
-// in certificates.k8s.io/v1) must not vanish for the grace, or the
-// namespace controller deletes a namespace past its objects. Groups,
-// versions and resources keep the away docs' order after m's.
+// without it: a type a rollback took from a group-version the old version
+// serves too (1.37's podcertificaterequests in certificates.k8s.io/v1)
+// must not vanish for the grace, or the namespace controller deletes a
+// namespace past its objects. Such a group-version keeps its freshness:
+// aggregated discovery marks freshness per group-version only, and Stale
+// would fail discovery of the types the live servers do serve there
+// (kubectl could not resolve certificatesigningrequests for the grace);
+// listed, the held type answers its 503 (rule 5), and the garbage
+// collector and the namespace controller wait on that as on a Stale
+// group-version. Groups, versions and resources keep the away docs' order
+// after m's.
 func withStale(m *Merged, away []*Doc) *Merged {
 	groups := append(slices.Clone(m.API().Items), m.APIs().Items...)
 	index := map[string]int{}
@@ -92,7 +97,6 @@ func withStale(m *Merged, away []*Doc) *Merged {
 					}
 				}
 				if added {
-					have.Freshness = apidiscoveryv2.DiscoveryFreshnessStale
 					groups[i].Versions = slices.Clone(groups[i].Versions)
 					groups[i].Versions[j] = have
 				}
