@@ -73,8 +73,8 @@ func ReadServing(path string) (*Serving, error) {
 // ParseServing reads --secure-port, --bind-address and --advertise-address
 // from the kube-apiserver container of a static-pod manifest (command and
 // args, "--flag=value" or "--flag value", the last one winning as pflag
-// has it). A value it cannot read, such as a $(VAR) the kubelet would
-// expand, is an error naming the flag.
+// has it). A port or bind address it cannot read, such as a $(VAR) the
+// kubelet would expand, is an error naming the flag.
 func ParseServing(data []byte) (Serving, error) {
 	var pod corev1.Pod
 	if err := yaml.Unmarshal(data, &pod); err != nil {
@@ -99,16 +99,17 @@ func ParseServing(data []byte) (Serving, error) {
 		}
 		s.Port = uint16(p)
 	}
-	for name, dst := range map[string]*netip.Addr{"bind-address": &s.Bind, "advertise-address": &s.Advertise} {
-		v, ok := flags[name]
-		if !ok || v == "" {
-			continue
-		}
+	if v := flags["bind-address"]; v != "" {
 		a, err := netip.ParseAddr(v)
 		if err != nil {
-			return Serving{}, fmt.Errorf("kube-apiserver --%s=%q: not an IP address", name, v)
+			return Serving{}, fmt.Errorf("kube-apiserver --bind-address=%q: not an IP address", v)
 		}
-		*dst = a.Unmap()
+		s.Bind = a.Unmap()
+	}
+	// The advertise address only picks the address probed through: one
+	// that is not an address ($(POD_IP)) leaves the choice to the node.
+	if a, err := netip.ParseAddr(flags["advertise-address"]); err == nil {
+		s.Advertise = a.Unmap()
 	}
 	return s, nil
 }

@@ -42,7 +42,8 @@ func TestParseServing(t *testing.T) {
 		{"bound to every IPv6 address", []string{"- --secure-port=6443", "- \"--bind-address=::\""}, Serving{Port: 6443, Bind: a("::"), Advertise: a("198.18.0.1")}, ""},
 		{"no secure port: kube-apiserver's default", []string{"- --secure-port=6443\n", ""}, Serving{Port: 6443, Advertise: a("198.18.0.1")}, ""},
 		{"the last flag wins", []string{"- --secure-port=6443", "- --secure-port=6443\n    - --secure-port=7443"}, Serving{Port: 7443, Advertise: a("198.18.0.1")}, ""},
-		{"a variable", []string{"--advertise-address=198.18.0.1", "--advertise-address=$(POD_IP)"}, Serving{}, `--advertise-address="$(POD_IP)": not an IP address`},
+		{"an advertise address from a variable: left to the node", []string{"--advertise-address=198.18.0.1", "--advertise-address=$(POD_IP)"}, Serving{Port: 6443}, ""},
+		{"a bind address from a variable", []string{"- --secure-port=6443", "- --bind-address=$(POD_IP)"}, Serving{}, `--bind-address="$(POD_IP)": not an IP address`},
 		{"HTTPS off", []string{"--secure-port=6443", "--secure-port=0"}, Serving{}, `--secure-port="0"`},
 		{"another container", []string{"name: kube-apiserver\n    ports", "name: apiserver\n    ports"}, Serving{}, "no container kube-apiserver"},
 	} {
