@@ -19,7 +19,7 @@ const maxTargets = 64
 // VIP as a secondary address (on an interface, or on lo for BGP) on the
 // node that holds it and remove it when another takes over, so the VIP is
 // steered within moments of arriving (and stays a target when it leaves:
-// see updateTargets). It follows netlink's address notifications, and
+// see follower.update). It follows netlink's address notifications, and
 // re-reads once a second as well in case one was lost.
 func (n *Node) followAddresses(ctx context.Context, st *Steering) {
 	updates, done := make(chan netlink.AddrUpdate, 16), make(chan struct{})

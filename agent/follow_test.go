@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	"github.com/skewgate/skewgate/lab/testenv"
 )
@@ -82,9 +83,21 @@ func TestFollowSteersAVIPAddedOnLo(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// As the agent does: netlink's notifications, and a re-read every
+	// second (here too long to pass alone).
+	h, err := netns.GetFromPath(n.ns.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	updates, stop := make(chan netlink.AddrUpdate, 16), make(chan struct{})
+	defer close(stop)
+	if err := netlink.AddrSubscribeWithOptions(updates, stop, netlink.AddrSubscribeOptions{Namespace: &h}); err != nil {
+		t.Fatal(err)
+	}
 	f := follower{primary: st.Primary, list: inNS(t, n.ns), st: s, log: slog.New(slog.DiscardHandler)}
 	done := make(chan struct{})
-	go func() { defer close(done); f.run(ctx, st.All, nil, 50*time.Millisecond) }()
+	go func() { defer close(done); f.run(ctx, st.All, updates, time.Minute) }()
 	defer func() { cancel(); <-done }()
 
 	vip := "198.18.1.100:6443"

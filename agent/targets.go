@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/vishvananda/netlink"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
@@ -218,27 +219,28 @@ func servedAddrs(s Serving, held []netip.Addr) []netip.AddrPort {
 	return out
 }
 
-// nodeInterfaces lists this network namespace's interfaces and addresses.
+// nodeInterfaces lists this network namespace's interfaces and addresses
+// with one dump of each: it runs on every address notification and every
+// second, on nodes with a veth per pod (net.Interface.Addrs dumps every
+// address once per interface).
 func nodeInterfaces() ([]Interface, error) {
-	ifcs, err := net.Interfaces()
+	links, err := net.Interfaces()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Interface, 0, len(ifcs))
-	for _, ifc := range ifcs {
-		list, err := ifc.Addrs()
-		if err != nil {
-			continue // gone since it was listed
+	list, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("list addresses: %w", err)
+	}
+	byIndex := map[int][]netip.Addr{}
+	for _, a := range list {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			byIndex[a.LinkIndex] = append(byIndex[a.LinkIndex], ip.Unmap())
 		}
-		i := Interface{Name: ifc.Name}
-		for _, a := range list {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					i.Addrs = append(i.Addrs, ip.Unmap())
-				}
-			}
-		}
-		out = append(out, i)
+	}
+	out := make([]Interface, 0, len(links))
+	for _, l := range links {
+		out = append(out, Interface{Name: l.Name, Addrs: byIndex[l.Index]})
 	}
 	return out, nil
 }
