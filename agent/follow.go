@@ -2,7 +2,7 @@ package agent
 
 import (
 	"context"
-	"net"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"time"
@@ -14,12 +14,13 @@ import (
 // maxTargets bounds the steered addresses (steer_targets holds 64).
 const maxTargets = 64
 
-// followAddresses keeps every global address of the node IP's interface
-// steered as addresses come and go: keepalived and kube-vip add the
-// control plane's VIP as a secondary address on the node that holds it and
-// remove it when another takes over, so the VIP is steered within moments
-// of arriving (and stays a target when it leaves: see updateTargets). It follows netlink's address
-// notifications, and re-reads once a second as well in case one was lost.
+// followAddresses keeps every global address of the node steered as
+// addresses come and go: keepalived and kube-vip add the control plane's
+// VIP as a secondary address (on an interface, or on lo for BGP) on the
+// node that holds it and remove it when another takes over, so the VIP is
+// steered within moments of arriving (and stays a target when it leaves:
+// see follower.update). It follows netlink's address notifications, and
+// re-reads once a second as well in case one was lost.
 func (n *Node) followAddresses(ctx context.Context, st *Steering) {
 	updates, done := make(chan netlink.AddrUpdate, 16), make(chan struct{})
 	defer close(done)
@@ -27,14 +28,28 @@ func (n *Node) followAddresses(ctx context.Context, st *Steering) {
 		ErrorCallback: func(err error) { n.cfg.Log.Warn("steering: address notifications", "err", err) },
 	})
 	if err != nil {
-		n.cfg.Log.Warn("steering: no address notifications; re-reading every second", "interface", n.target.Follow, "err", err)
+		n.cfg.Log.Warn("steering: no address notifications; re-reading every second", "err", err)
 		updates = nil
 	}
-	last := n.target.All
-	tick := time.NewTicker(time.Second)
+	f := follower{primary: n.target.Primary, list: nodeInterfaces, st: st, log: n.cfg.Log}
+	f.run(ctx, n.target.All, updates, time.Second)
+}
+
+// follower steers what the node holds as it changes.
+type follower struct {
+	primary netip.AddrPort
+	list    func() ([]Interface, error)
+	st      *Steering
+	log     *slog.Logger
+}
+
+// run updates the targets from last on, on every notification and every
+// tick, until ctx ends.
+func (f follower) run(ctx context.Context, last []netip.AddrPort, updates <-chan netlink.AddrUpdate, every time.Duration) {
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
-		last = n.updateTargets(st, last)
+		last = f.update(last)
 		select {
 		case <-ctx.Done():
 			return
@@ -44,16 +59,17 @@ func (n *Node) followAddresses(ctx context.Context, st *Steering) {
 	}
 }
 
-// updateTargets steers what the followed interface holds now and keeps
-// what it held before: sk_lookup only sees connections to addresses the
-// node holds, so an address that left costs nothing, and when it comes
-// back (a VIP moved back) it is steered from its first connection, not
-// once its notification was handled. It returns what is steered.
-func (n *Node) updateTargets(st *Steering, last []netip.AddrPort) []netip.AddrPort {
-	held, ok := n.followed()
-	if !ok {
+// update steers what the node holds now and keeps what it held before:
+// sk_lookup only sees connections to addresses the node holds, so an
+// address that left costs nothing, and when it comes back (a VIP moved
+// back) it is steered from its first connection, not once its
+// notification was handled. It returns what is steered.
+func (f follower) update(last []netip.AddrPort) []netip.AddrPort {
+	ifcs, err := f.list()
+	if err != nil {
 		return last
 	}
+	held := withPort(f.primary.Addr(), nodeAddrs(ifcs), f.primary.Port())
 	want := held
 	for _, a := range last {
 		if !slices.Contains(want, a) && len(want) < maxTargets {
@@ -63,26 +79,12 @@ func (n *Node) updateTargets(st *Steering, last []netip.AddrPort) []netip.AddrPo
 	if slices.Equal(want, last) {
 		return last
 	}
-	if err := st.SetTargets(want); err != nil {
-		n.cfg.Log.Error("steering: targets not updated", "err", err)
+	if err := f.st.SetTargets(want); err != nil {
+		f.log.Error("steering: targets not updated", "err", err)
 		return last
 	}
-	n.cfg.Log.Info("steering: addresses changed", "interface", n.target.Follow, "held", held, "targets", want)
+	f.log.Info("steering: addresses changed", "held", held, "targets", want)
 	return want
-}
-
-// followed is the targets the followed interface's addresses make now: the
-// primary address always (it is probed), and every other global one.
-func (n *Node) followed() ([]netip.AddrPort, bool) {
-	ifc, err := net.InterfaceByName(n.target.Follow)
-	if err != nil {
-		return nil, false
-	}
-	addrs, err := globalAddrs(ifc)
-	if err != nil {
-		return nil, false
-	}
-	return withPort(n.target.Primary.Addr(), addrs, n.target.Primary.Port()), true
 }
 
 var (
@@ -96,7 +98,7 @@ var (
 		"Connections the apiserver accepted directly, ended when steering engaged after a standby so their clients reconnect through skewgate (--steering-reset-direct).",
 		nil, nil)
 	descSteeredTargets = prometheus.NewDesc("skewgate_steering_targets",
-		"How many addresses are steered (the node's addresses on the apiserver's port, a VIP while the node holds it).",
+		"How many addresses are steered (the node's addresses on the apiserver's port, a VIP while the node holds it, on any interface or lo).",
 		nil, nil)
 )
 
@@ -108,6 +110,7 @@ func (c modeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descSkewWindow
 	ch <- descSteeredTargets
 	ch <- descResetConnections
+	ch <- descDirect
 }
 
 func (c modeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -131,4 +134,5 @@ func (c modeCollector) Collect(ch chan<- prometheus.Metric) {
 	if st != nil {
 		ch <- prometheus.MustNewConstMetric(descSteeredTargets, prometheus.GaugeValue, float64(len(st.Targets())))
 	}
+	c.n.collectDirect(ch)
 }

@@ -20,10 +20,13 @@ import (
 type NodeConfig struct {
 	// Steering turns on sk_lookup steering of Addresses into the listener.
 	Steering bool
-	// Addresses are the steered ip:ports; empty: every global address of
-	// the node IP's interface on the local apiserver's port, followed as
+	// Addresses are the steered ip:ports; empty: what the apiserver
+	// serves, every global address of the node on its port, followed as
 	// they change (see Targets).
 	Addresses []string
+	// Serving is where the apiserver listens, from its static-pod
+	// manifest; nil: kube-apiserver's defaults on Local's port.
+	Serving *Serving
 	// Mode says when steering is wanted (nil: always); Window is the skew
 	// window, for ModeAuto (nil: never open).
 	Mode   func() Mode
@@ -92,7 +95,7 @@ func Listen(addr string, cfg NodeConfig, reg prometheus.Registerer) (*Node, erro
 	if !cfg.Steering {
 		return n, nil
 	}
-	if n.target, n.exempt, err = Targets(cfg.Addresses, cfg.Local, cfg.Exempt); err != nil {
+	if n.target, n.exempt, err = Targets(TargetConfig{Addresses: cfg.Addresses, Local: cfg.Local, Exempt: cfg.Exempt, Serving: cfg.Serving}); err != nil {
 		ln.Close()
 		return nil, err
 	}
@@ -137,8 +140,8 @@ func (n *Node) mode() (Mode, Window) {
 // the SOCKMAP entry must vanish when it closes.
 func (n *Node) Listener() *net.TCPListener { return n.ln }
 
-// Status describes steering and connstat for /debug/routes.
-func (n *Node) Status() any {
+// status is Status' steering, connstat, mode, window and targets.
+func (n *Node) status() map[string]string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	out := map[string]string{}
@@ -167,6 +170,26 @@ func (n *Node) Status() any {
 		if n.st != nil {
 			out["targets"] = fmt.Sprint(n.st.Targets())
 		}
+		out["apiserver"] = n.target.Served.String()
+	}
+	return out
+}
+
+// Status describes steering and connstat for /debug/routes: besides
+// status, the apiserver's addresses skewgate does not steer and the
+// connections the apiserver holds directly, per address.
+func (n *Node) Status() any {
+	out := n.status()
+	if !n.cfg.Steering {
+		return out
+	}
+	if u := n.Unsteered(); len(u) > 0 {
+		out["unsteered"] = fmt.Sprint(u)
+	}
+	if d, err := n.Direct(); err != nil {
+		out["direct"] = "not counted: " + err.Error()
+	} else {
+		out["direct"] = directStatus(d)
 	}
 	return out
 }
@@ -245,7 +268,7 @@ func (n *Node) Engage(ctx context.Context, reg prometheus.Registerer) {
 		return
 	}
 	n.cfg.Log.Info("steering installed", "targets", n.target.All, "following", n.target.Follow, "pins", n.cfg.PinPath)
-	if n.target.Follow != "" {
+	if n.target.Follow {
 		go n.followAddresses(ctx, st)
 	}
 	if n.cfg.ExemptPeers && n.cfg.PeerAddrs != nil {

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -54,7 +55,7 @@ func TestTargetsRefuseSteeringTheLocalAPIServer(t *testing.T) {
 		if tc.address != "" {
 			addrs = []string{tc.address}
 		}
-		_, _, err := Targets(addrs, tc.local, nil)
+		_, _, err := Targets(TargetConfig{Addresses: addrs, Local: tc.local})
 		if (err == nil) != tc.ok {
 			t.Errorf("steer %q local %q: err %v, want ok=%v", tc.address, tc.local, err, tc.ok)
 		}
@@ -72,7 +73,7 @@ func TestTargetsExempt(t *testing.T) {
 		{[]string{"198.18.0.0/16"}, nil, false}, // covers the node itself
 		{[]string{"nonsense"}, nil, false},
 	} {
-		_, got, err := Targets([]string{"198.18.0.1:6443"}, "127.0.0.1:6443", tc.exempt)
+		_, got, err := Targets(TargetConfig{Addresses: []string{"198.18.0.1:6443"}, Local: "127.0.0.1:6443", Exempt: tc.exempt})
 		if (err == nil) != tc.ok {
 			t.Errorf("exempt %v: err %v, want ok=%v", tc.exempt, err, tc.ok)
 			continue
@@ -131,19 +132,21 @@ func TestChooseNodeIPOnANodeWithMoreInterfaces(t *testing.T) {
 	}
 }
 
-// By default every global address of the node IP's interface is steered
-// (a VIP keepalived added there, an IPv6 address), on the local
-// apiserver's port, not a hard-coded 6443; cni0's are not.
-func TestDefaultTargetsAreTheNodeInterfaceAddresses(t *testing.T) {
+// By default every global address of the node is steered, on every
+// interface (a VIP keepalived added on eth0, kube-vip's on lo, cni0's, an
+// IPv6 address), on the local apiserver's port, not a hard-coded 6443; the
+// node IP first; kube-ipvs0's Service IPs are not.
+func TestDefaultTargetsAreTheNodeAddresses(t *testing.T) {
 	testenv.RequireRoot(t)
-	ns := newTestNetNS(t)
+	ns := newTestNetNS(t, netip.MustParsePrefix("198.18.7.200/32"))
 	var got Steered
 	ns.do(t, func() error {
 		cni, eth := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "cni0"}}, &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0-peer"}
+		ipvs := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "kube-ipvs0"}} // a dummy on a node; no dummy driver here
 		for _, l := range []struct {
 			link  netlink.Link
 			addrs []string
-		}{{cni, []string{"10.244.3.1/24"}}, {eth, []string{"198.18.7.3/24", "198.18.7.100/32", "fd00:7::3/64"}}} {
+		}{{cni, []string{"10.244.3.1/24"}}, {eth, []string{"198.18.7.3/24", "198.18.7.100/32", "fd00:7::3/64"}}, {ipvs, []string{"10.96.0.1/32"}}} {
 			if err := netlink.LinkAdd(l.link); err != nil {
 				return err
 			}
@@ -161,11 +164,129 @@ func TestDefaultTargetsAreTheNodeInterfaceAddresses(t *testing.T) {
 			return err
 		}
 		var err error
-		got, _, err = Targets(nil, "127.0.0.1:6444", nil)
+		got, _, err = Targets(TargetConfig{Local: "127.0.0.1:6444"})
 		return err
 	})
-	want := []netip.AddrPort{netip.MustParseAddrPort("198.18.7.3:6444"), netip.MustParseAddrPort("198.18.7.100:6444"), netip.MustParseAddrPort("[fd00:7::3]:6444")}
-	if !slices.Equal(got.All, want) || got.Primary != want[0] || got.Follow != "eth0" {
-		t.Errorf("Targets = %+v, want %v on eth0, the first primary", got, want)
+	want := []netip.AddrPort{netip.MustParseAddrPort("198.18.7.3:6444"), netip.MustParseAddrPort("10.244.3.1:6444"),
+		netip.MustParseAddrPort("198.18.7.100:6444"), netip.MustParseAddrPort("198.18.7.200:6444"), netip.MustParseAddrPort("[fd00:7::3]:6444")}
+	if !slices.Equal(got.All, want) || got.Primary != want[0] || !got.Follow {
+		t.Errorf("Targets = %+v, want %v followed, the first primary", got, want)
+	}
+}
+
+// node is a control-plane node's interfaces: the node IP on eth0 (the
+// default route's), kube-vip's BGP VIP on lo, keepalived's VIP on a bond's
+// VLAN, a second NIC, a CNI bridge, and kube-proxy's IPVS Service IPs.
+var fakeNode = []Interface{
+	{"lo", addrs("127.0.0.1", "::1", "10.0.0.100")},
+	{"eth0", addrs("10.0.0.1", "fe80::1", "2001:db8::1")},
+	{"bond0.20", addrs("192.168.20.5", "192.168.20.100")},
+	{"eth1", addrs("172.16.0.5")},
+	{"cni0", addrs("10.244.0.1")},
+	{"kube-ipvs0", addrs("10.96.0.1", "10.96.0.10", "10.0.0.100")},
+}
+
+func addrs(s ...string) []netip.Addr {
+	out := make([]netip.Addr, len(s))
+	for i, a := range s {
+		out[i] = netip.MustParseAddr(a)
+	}
+	return out
+}
+
+func onPort(port uint16, s ...string) []netip.AddrPort {
+	out := make([]netip.AddrPort, len(s))
+	for i, a := range addrs(s...) {
+		out[i] = netip.AddrPortFrom(a, port)
+	}
+	return out
+}
+
+// fakeTargets is Targets on fakeNode, whose default route is eth0's.
+func fakeTargets(cfg TargetConfig) (Steered, error) {
+	st, _, err := targets(cfg, func() ([]Interface, error) { return fakeNode, nil },
+		func(string) (netip.Addr, error) { return netip.MustParseAddr("10.0.0.1"), nil })
+	return st, err
+}
+
+// What is steered follows what the apiserver serves, from its manifest.
+func TestTargetsFollowTheAPIServer(t *testing.T) {
+	every := []string{"10.0.0.1", "10.0.0.100", "10.244.0.1", "172.16.0.5", "192.168.20.5", "192.168.20.100", "2001:db8::1"}
+	eth1First := []string{"172.16.0.5", "10.0.0.1", "10.0.0.100", "10.244.0.1", "192.168.20.5", "192.168.20.100", "2001:db8::1"}
+	for _, tc := range []struct {
+		name    string
+		cfg     TargetConfig
+		want    []netip.AddrPort
+		follow  bool
+		unsteer []netip.AddrPort
+	}{
+		{"kubeadm: every address of the node, lo's VIP and other interfaces' included, the advertise address first",
+			TargetConfig{Local: "127.0.0.1:6443", Serving: &Serving{Port: 6443, Advertise: netip.MustParseAddr("10.0.0.1")}}, onPort(6443, every...), true, nil},
+		{"bindPort 6444 behind an on-node HAProxy: the apiserver's port, not HAProxy's",
+			TargetConfig{Local: "127.0.0.1:6444", Serving: &Serving{Port: 6444, Advertise: netip.MustParseAddr("10.0.0.1")}}, onPort(6444, every...), true, nil},
+		{"advertiseAddress on a second NIC: primary there",
+			TargetConfig{Local: "127.0.0.1:6443", Serving: &Serving{Port: 6443, Advertise: netip.MustParseAddr("172.16.0.5")}}, onPort(6443, eth1First...), true, nil},
+		{"an advertise address the node does not hold (NAT): the node IP primary",
+			TargetConfig{Local: "127.0.0.1:6443", Serving: &Serving{Port: 6443, Advertise: netip.MustParseAddr("203.0.113.7")}}, onPort(6443, every...), true, nil},
+		{"bound to one address: that one alone",
+			TargetConfig{Local: "127.0.0.1:6443", Serving: &Serving{Port: 6443, Bind: netip.MustParseAddr("172.16.0.5")}}, onPort(6443, "172.16.0.5"), false, nil},
+		{"bound to every IPv6 address: every address (Go's dual-stack socket)",
+			TargetConfig{Local: "127.0.0.1:6443", Serving: &Serving{Port: 6443, Bind: netip.MustParseAddr("::")}}, onPort(6443, every...), true, nil},
+		{"no manifest: every address on --local-apiserver's port",
+			TargetConfig{Local: "127.0.0.1:7443"}, onPort(7443, every...), true, nil},
+		{"--steer-address overrides, and the rest is named as served, not steered",
+			TargetConfig{Addresses: []string{"10.0.0.1:6443"}, Local: "127.0.0.1:6443", Serving: &Serving{Port: 6443}},
+			onPort(6443, "10.0.0.1"), false, onPort(6443, every[1:]...)},
+	} {
+		st, err := fakeTargets(tc.cfg)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if !slices.Equal(st.All, tc.want) || st.Primary != tc.want[0] || st.Follow != tc.follow {
+			t.Errorf("%s:\n got %v (primary %s, follow %t)\nwant %v (follow %t)", tc.name, st.All, st.Primary, st.Follow, tc.want, tc.follow)
+		}
+		var unsteered []netip.AddrPort
+		for _, a := range servedAddrs(st.Served, nodeAddrs(fakeNode)) {
+			if !slices.Contains(st.All, a) {
+				unsteered = append(unsteered, a)
+			}
+		}
+		if !slices.Equal(unsteered, tc.unsteer) {
+			t.Errorf("%s: served and not steered %v, want %v", tc.name, unsteered, tc.unsteer)
+		}
+	}
+}
+
+func TestTargetsRefuse(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  TargetConfig
+		want string
+	}{
+		{"an apiserver on loopback only", TargetConfig{Local: "127.0.0.1:6443", Serving: &Serving{Port: 6443, Bind: netip.MustParseAddr("127.0.0.1"), Manifest: "m.yaml"}},
+			"listens only on 127.0.0.1 (--bind-address in m.yaml)"},
+		{"the local apiserver on a steered address", TargetConfig{Local: "172.16.0.5:6443", Serving: &Serving{Port: 6443}},
+			"--local-apiserver 172.16.0.5:6443 is the steered address"},
+		{"too many addresses named", TargetConfig{Local: "127.0.0.1:6443", Addresses: strings.Fields(strings.Repeat("10.0.0.1:6443 ", maxTargets+1))},
+			"at most 64"},
+	} {
+		if _, err := fakeTargets(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// A node with more addresses than steer_targets holds steers the primary
+// and the first others; the rest are served and not steered, not an error.
+func TestTargetsAtMostTheMapSize(t *testing.T) {
+	many := Interface{Name: "eth0"}
+	for i := range 100 {
+		many.Addrs = append(many.Addrs, netip.AddrFrom4([4]byte{10, 1, byte(i / 250), byte(1 + i%250)}))
+	}
+	st, _, err := targets(TargetConfig{Local: "127.0.0.1:6443"}, func() ([]Interface, error) { return []Interface{many}, nil },
+		func(string) (netip.Addr, error) { return netip.MustParseAddr("10.1.0.50"), nil })
+	if err != nil || len(st.All) != maxTargets || st.All[0] != netip.MustParseAddrPort("10.1.0.50:6443") {
+		t.Errorf("%d targets, primary %v, err %v; want %d with 10.1.0.50:6443 first", len(st.All), st.Primary, err, maxTargets)
 	}
 }

@@ -121,7 +121,8 @@ func configureInside(ns netns.NsHandle, n Node) error {
 // addNodeExtras makes a node namespace look like a real node's: a default
 // route over its node address, and a second interface with a global
 // address of its own, as cni0 or docker0 have on a node. Nothing is sent
-// to either; skewgate must pick the node address anyway.
+// to either; skewgate must still pick the node address as the one it
+// probes through (it steers cni0's too: the apiserver serves it).
 func addNodeExtras(h *netlink.Handle, n Node) error {
 	eth0, err := h.LinkByName("eth0")
 	if err != nil {

@@ -120,8 +120,8 @@ func (p *Plane) SkewgateStateFile(n Node) string {
 
 // SteeringArgs are the flags that make node n's skewgate steer n's
 // addresses into itself, with its own pin path. --steer-address is left
-// to its default: every global address of the node IP's interface, on the
-// local apiserver's port.
+// to its default: every global address of the node (eth0's, cni0's), on
+// the local apiserver's port (no manifest: --local-apiserver's).
 func SteeringArgs(n Node) []string {
 	return []string{"--steering", "--pin-path=" + SkewgatePinPath(n)}
 }

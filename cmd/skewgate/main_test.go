@@ -86,7 +86,7 @@ func TestRunReportsEveryMissingFlagAtOnce(t *testing.T) {
 		t.Fatalf("exit %d, want 2: %s", code, errOut)
 	}
 	for _, flag := range []string{"--tls-cert-file", "--tls-private-key-file", "--client-ca-file", "--proxy-client-cert-file",
-		"--proxy-client-key-file", "--peer-ca-file", "--local-apiserver", "--peers", "--discovery-refresh-interval"} {
+		"--proxy-client-key-file", "--peer-ca-file", "--peers", "--discovery-refresh-interval"} {
 		if !strings.Contains(errOut, flag) {
 			t.Errorf("stderr does not name %s: %s", flag, errOut)
 		}

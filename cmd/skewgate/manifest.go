@@ -47,7 +47,7 @@ kubeadm user certificate for system:skewgate).`,
 	f.StringVar(&s.PKIDir, "pki-dir", kubernetes.PKIDir, "kubeadm's certificate directory on the node")
 	f.StringVar(&s.Kubeconfig, "kubeconfig", "/etc/kubernetes/skewgate.conf", "kubeconfig on the node skewgate reads the cluster with (a static pod has no ServiceAccount)")
 	f.StringVar(&steer, "steer-address", "", "skewgate run --steer-address (default: its own default)")
-	f.StringVar(&local, "local-apiserver", "", "skewgate run --local-apiserver (default: https://127.0.0.1:6443)")
+	f.StringVar(&local, "local-apiserver", "", "skewgate run --local-apiserver (default: its own default, loopback on the port the apiserver's manifest names)")
 	f.StringVar(&secureAdmin, "secure-admin-address", "", "skewgate run --secure-admin-address (default: $(NODE_IP):16444)")
 	return cmd
 }

@@ -40,6 +40,8 @@ type runOptions struct {
 	profiling   bool
 	mode        string
 	logging     *logsapi.LoggingConfiguration
+	// localFrom says where the local apiserver's URL came from, for the log.
+	localFrom string
 }
 
 func newRunCmd() *cobra.Command {
@@ -101,7 +103,8 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 
 	f = fss.FlagSet("peers")
 	f.StringVar(&o.proxy.Certs.PeerCA, "peer-ca-file", "", "CA bundle verifying apiservers' serving certificates (required)")
-	f.StringVar(&o.proxy.LocalAPIServer, "local-apiserver", "", "URL of this node's kube-apiserver, on an address that is not steered (required)")
+	f.StringVar(&o.proxy.LocalAPIServer, "local-apiserver", "", "URL of this node's kube-apiserver, on an address that is not steered (default: https://127.0.0.1:<port>, the port --apiserver-manifest's kube-apiserver --secure-port names, else 6443); "+
+		"refused when the manifest says the apiserver serves on another port (an HAProxy on 6443 in front of kubeadm's bindPort 6444) or binds another address")
 	f.StringVar(&o.proxy.LocalServerName, "local-apiserver-server-name", "", "name the local apiserver's serving certificate must carry, as kubeconfig's tls-server-name (default: the URL's host, or \"kubernetes\" for a loopback address: kubeadm's apiserver.crt has no 127.0.0.1)")
 	f.StringSliceVar(&o.proxy.Peers, "peers", nil, "URLs of peer kube-apiservers, comma-separated")
 	f.StringVar(&o.proxy.Kubeconfig, "kubeconfig", "", "kubeconfig for discovering peers from the default/kubernetes EndpointSlices and apiserver identity leases (point it at the local apiserver); without it, in a pod, the ServiceAccount's token and CA toward --local-apiserver")
@@ -117,7 +120,9 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 		"every node's skew window opens, through a Lease kube-system/skewgate-upgrade-<node> (a missing file: not a kubeadm node, logged once; empty: not watched)")
 	f.StringVar(&o.proxy.NodeName, "node-name", "", "this node's name, as the kubelet's: the holder of its upgrade Lease (default: the host name, lowercased)")
 	f.DurationVar(&o.proxy.WindowHold, "steering-window-hold", o.proxy.WindowHold, "how long a skew window stays open after the apiservers last differed (mode auto)")
-	f.StringSliceVar(&o.node.Addresses, "steer-address", nil, "address:port list whose new connections are steered (default: every global address of the node IP's interface — the address kube-apiserver would advertise, a VIP while this node holds it, IPv6 ones — on the --local-apiserver URL's port, followed as they change)")
+	f.StringSliceVar(&o.node.Addresses, "steer-address", nil, "address:port list whose new connections are steered, overriding the default: what the apiserver serves, as --apiserver-manifest says — "+
+		"every global address this node holds on any interface (the advertise address, a VIP while this node holds it, on lo too, other NICs', IPv6 ones; not kube-ipvs0's Service IPs), followed as they change, "+
+		"or its --bind-address alone — on its --secure-port (without a manifest: every address, on --local-apiserver's port)")
 	f.StringVar(&o.node.PinPath, "pin-path", o.node.PinPath, "bpffs directory for skewgate's maps, programs and links")
 	f.StringVar(&o.node.CgroupRoot, "cgroup-root", "", "cgroup v2 root connstat attaches to, e.g. the host's /sys/fs/cgroup mounted into a pod (a cgroup v1 hybrid host's unified/ is found) (default: this mount namespace's cgroup2 mount)")
 	f.StringSliceVar(&o.node.Exempt, "steer-exempt", nil, "source addresses or CIDRs whose connections are never steered, comma-separated")
@@ -139,12 +144,14 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 // validate reports every missing or invalid flag at once, and applies the
 // logging flags: from here on slog and klog write through one logger.
 func (o *runOptions) validate() error {
-	errs := o.proxy.Validate()
+	errs := o.resolveLocal()
+	errs = append(errs, o.proxy.Validate()...)
 	if o.securePort < 1 || o.securePort > 65535 {
 		errs = append(errs, fmt.Errorf("--secure-port %d: want 1-65535", o.securePort))
 	}
 	if o.node.Steering && o.proxy.LocalAPIServer != "" {
-		if _, _, err := agent.Targets(o.node.Addresses, localHostPort(o.proxy.LocalAPIServer), o.node.Exempt); err != nil {
+		tc := agent.TargetConfig{Addresses: o.node.Addresses, Local: localHostPort(o.proxy.LocalAPIServer), Exempt: o.node.Exempt, Serving: o.node.Serving}
+		if _, _, err := agent.Targets(tc); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -163,6 +170,39 @@ func (o *runOptions) validate() error {
 		errs = append(errs, fmt.Errorf("logging flags: %w", err))
 	}
 	return utilerrors.NewAggregate(errs)
+}
+
+// resolveLocal reads where the node's apiserver serves from its manifest
+// (--apiserver-manifest) and checks --local-apiserver against it, or
+// derives it when not given: loopback on the manifest's --secure-port, or
+// kube-apiserver's default 6443 without a manifest. A --local-apiserver on
+// another port than the manifest's is refused: on a node where kubeadm's
+// bindPort is 6444 behind an HAProxy on 6443, skewgate would otherwise
+// take HAProxy (any apiserver) for its own.
+func (o *runOptions) resolveLocal() []error {
+	srv, err := agent.ReadServing(o.proxy.APIServerManifest)
+	if err != nil {
+		return []error{fmt.Errorf("%w (--apiserver-manifest=\"\" does without it)", err)}
+	}
+	o.node.Serving = srv
+	switch {
+	case o.proxy.LocalAPIServer != "" && srv != nil:
+		if err := srv.CheckLocal(localHostPort(o.proxy.LocalAPIServer)); err != nil {
+			return []error{err}
+		}
+		o.localFrom = "--local-apiserver, checked against " + srv.Manifest
+	case o.proxy.LocalAPIServer != "":
+		o.localFrom = "--local-apiserver"
+	case srv != nil:
+		if o.proxy.LocalAPIServer, err = srv.LocalURL(o.node.Steering); err != nil {
+			return []error{fmt.Errorf("--local-apiserver not set and %w", err)}
+		}
+		o.localFrom = srv.Manifest
+	default:
+		o.proxy.LocalAPIServer = fmt.Sprintf("https://127.0.0.1:%d", agent.DefaultAPIServerPort)
+		o.localFrom = "kube-apiserver's default port: no --local-apiserver, no manifest at --apiserver-manifest"
+	}
+	return nil
 }
 
 // run composes the two halves: the proxy (request side) and the agent's
@@ -197,7 +237,7 @@ func run(ctx context.Context, o *runOptions) error {
 		return err
 	}
 	log.Info("serving", "version", buildVersion().Version, "address", node.Listener().Addr().String(),
-		"local", o.proxy.LocalAPIServer, "peers", p.PeerCount(), "admin", o.adminAddr, "secureAdmin", o.secureAdmin)
+		"local", o.proxy.LocalAPIServer, "localFrom", o.localFrom, "peers", p.PeerCount(), "admin", o.adminAddr, "secureAdmin", o.secureAdmin)
 	return p.Serve(ctx, node.Listener(), node.Withdraw, &proxy.HandBack{Releasing: node.Releasing, Steered: node.Steers})
 }
 

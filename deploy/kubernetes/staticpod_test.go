@@ -95,3 +95,19 @@ func TestStaticPodNeedsImage(t *testing.T) {
 		t.Errorf("no image: %v, want ErrNoImage", err)
 	}
 }
+
+// The base (and with it the static pod and the chart's default) names no
+// --local-apiserver: skewgate takes the port from the apiserver's manifest,
+// which it mounts, so kubeadm's bindPort 6444 behind an on-node HAProxy on
+// 6443 works as kubeadm's default 6443 does.
+func TestBaseFollowsTheAPIServerManifest(t *testing.T) {
+	ds := podSpecs(t)["base: DaemonSet skewgate"]
+	c := ds.Containers[0]
+	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--local-apiserver=") }) {
+		t.Errorf("base args %v: a fixed --local-apiserver would take an HAProxy on 6443 for the apiserver", c.Args)
+	}
+	if !slices.Contains(c.Args, "--apiserver-manifest=/etc/kubernetes/manifests/kube-apiserver.yaml") ||
+		!slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/etc/kubernetes/manifests" }) {
+		t.Errorf("base: the apiserver's manifest not read (args %v)", c.Args)
+	}
+}

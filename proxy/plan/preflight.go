@@ -102,7 +102,7 @@ func checkNode(ctx context.Context, c *Cluster, n Node, advertised []netip.AddrP
 		checkMembers(name, v),
 		checkSteering(name, st),
 		checkMode(name, st),
-		checkTargets(name, n, st, targets, advertised),
+		checkTargets(name, n, st, targets, parseTargets(st["unsteered"]), advertised),
 		checkStateFile(name, v.StateFile),
 	}
 	return checks, targets
@@ -186,22 +186,35 @@ func checkMode(node string, st map[string]string) Check {
 	return Check{node, "mode", OK, fmt.Sprintf("mode %s; window %s", mode, orDash(window))}
 }
 
-func checkTargets(node string, n Node, st map[string]string, targets, advertised []netip.AddrPort) Check {
+// checkTargets: the node steers its advertise address, and every other
+// address its apiserver serves (a VIP on lo or on another interface, a
+// second NIC's): clients of one it serves and skewgate does not steer get
+// the apiserver's false 404s in the upgrade.
+func checkTargets(node string, n Node, st map[string]string, targets, unsteered, advertised []netip.AddrPort) Check {
 	if len(targets) == 0 {
 		return Check{node, "targets", Warn, "steers no address (" + orDash(st["steering"]) + ")"}
 	}
+	missed := ""
+	if len(unsteered) > 0 {
+		missed = fmt.Sprintf("; its apiserver also serves %v, which skewgate does not steer: clients there bypass it and get its false 404s "+
+			"(drop --steer-address to steer every address the apiserver serves)", unsteered)
+	}
+	result := OK
+	if missed != "" {
+		result = Warn
+	}
 	if n.Address.IsValid() {
 		if slices.Contains(targets, n.Address) {
-			return Check{node, "targets", OK, fmt.Sprintf("steers its advertise address %s (all: %v)", n.Address, targets)}
+			return Check{node, "targets", result, fmt.Sprintf("steers its advertise address %s (all: %v)%s", n.Address, targets, missed)}
 		}
-		return Check{node, "targets", Fail, fmt.Sprintf("does not steer its advertise address %s: its clients get its apiserver's false 404s; steered: %v", n.Address, targets)}
+		return Check{node, "targets", Fail, fmt.Sprintf("does not steer its advertise address %s: its clients get its apiserver's false 404s; steered: %v%s", n.Address, targets, missed)}
 	}
 	for _, a := range advertised {
 		if slices.Contains(targets, a) {
-			return Check{node, "targets", OK, fmt.Sprintf("steers the advertise address %s (all: %v)", a, targets)}
+			return Check{node, "targets", result, fmt.Sprintf("steers the advertise address %s (all: %v)%s", a, targets, missed)}
 		}
 	}
-	return Check{node, "targets", Fail, fmt.Sprintf("steers no advertised address %v; steered: %v", advertised, targets)}
+	return Check{node, "targets", Fail, fmt.Sprintf("steers no advertised address %v; steered: %v%s", advertised, targets, missed)}
 }
 
 func checkStateFile(node string, sf *membership.StateFileStatus) Check {

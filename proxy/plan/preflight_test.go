@@ -221,3 +221,23 @@ func TestNodes(t *testing.T) {
 		t.Errorf("parseTargets = %v", ts)
 	}
 }
+
+// TestPreflightUnsteered: a node whose apiserver serves addresses skewgate
+// does not steer (--steer-address naming the node IP alone, while kube-vip
+// holds the VIP on lo) warns, naming them; steering the advertise address
+// stays the difference between ok and fail.
+func TestPreflightUnsteered(t *testing.T) {
+	loVIP := netip.MustParseAddrPort("10.0.0.100:6443")
+	st := map[string]string{"steering": "steering standby: no skew window", "unsteered": fmt.Sprint([]netip.AddrPort{loVIP})}
+	n := Node{Address: nodeA}
+	if c := checkTargets("node-a", n, st, []netip.AddrPort{nodeA}, parseTargets(st["unsteered"]), nil); c.Result != Warn ||
+		!strings.Contains(c.Reason, "10.0.0.100:6443") || !strings.Contains(c.Reason, "does not steer") {
+		t.Errorf("advertise address steered, a VIP not: %+v, want a warning naming the VIP", c)
+	}
+	if c := checkTargets("node-a", n, st, []netip.AddrPort{loVIP}, []netip.AddrPort{nodeA}, nil); c.Result != Fail || !strings.Contains(c.Reason, "198.18.0.1:6443") {
+		t.Errorf("advertise address not steered: %+v, want a failure", c)
+	}
+	if c := checkTargets("node-a", n, st, []netip.AddrPort{nodeA, loVIP}, nil, nil); c.Result != OK {
+		t.Errorf("everything steered: %+v", c)
+	}
+}

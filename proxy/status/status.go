@@ -45,7 +45,10 @@ type Node struct {
 	LocalAway string `json:"localAway,omitempty"`
 	Grace     *Grace `json:"grace,omitempty"`
 	// Targets are the steered addresses.
-	Targets     []string     `json:"targets,omitempty"`
+	Targets []string `json:"targets,omitempty"`
+	// Unsteered are addresses the node's apiserver serves that skewgate
+	// does not steer: their clients bypass it.
+	Unsteered   []string     `json:"unsteered,omitempty"`
 	Connections *Connections `json:"connections,omitempty"`
 	Servers     []Server     `json:"servers,omitempty"`
 }
@@ -131,7 +134,7 @@ func nodeStatus(ctx context.Context, c *http.Client, t Target) Node {
 func (n *Node) fill(v admin.RoutesView, k kernel) {
 	st := steeringExtra(v)
 	n.Version, n.Mode, n.SteeringDetail, n.LocalAway = v.Version, st.str("mode"), st.str("steering"), st.str("localAway")
-	n.Targets = st.list("targets")
+	n.Targets, n.Unsteered = st.list("targets"), st.list("unsteered")
 	n.Window = v.Window
 	if n.Window == nil && st.str("window") != "" {
 		// A skewgate before /debug/routes had "window": its sentence.
@@ -193,6 +196,10 @@ func problems(n *Node, v admin.RoutesView) []string {
 	}
 	if n.LocalAway != "" {
 		out = append(out, n.LocalAway)
+	}
+	if len(n.Unsteered) > 0 {
+		out = append(out, fmt.Sprintf("the apiserver serves %s, which skewgate does not steer: clients there bypass it (--steer-address leaves them out, or more than 64 addresses)",
+			strings.Join(n.Unsteered, ", ")))
 	}
 	for _, s := range v.Servers {
 		switch {

@@ -215,3 +215,19 @@ func hasInOrder(l string, cells []string) bool {
 	}
 	return true
 }
+
+// An address the apiserver serves that skewgate does not steer is a
+// problem the status names: its clients bypass skewgate.
+func TestUnsteeredIsAProblem(t *testing.T) {
+	a := statustest.Serve(t, statustest.Node{
+		Local: "198.18.0.1:6443", Peer: "198.18.0.2:6443", Version: "v0.1.0-a", Healthy: true,
+		Steering: map[string]string{"steering": "steering standby: mode auto: no skew window", "mode": "auto",
+			"targets": "[198.18.0.1:6443]", "unsteered": "[10.0.0.100:6443]"},
+		State: "standby", Lookups: map[string]float64{"not_target": 9},
+	})
+	c := status.Gather(context.Background(), []status.Target{{Node: "node-a", Pod: "skewgate-a", URL: a.URL}}, options(t, a))
+	na := c.Nodes[0]
+	if !slices.Equal(na.Unsteered, []string{"10.0.0.100:6443"}) || len(na.Problems) != 1 || !strings.Contains(na.Problems[0], "10.0.0.100:6443, which skewgate does not steer") {
+		t.Errorf("node-a unsteered %q, problems %q", na.Unsteered, na.Problems)
+	}
+}
