@@ -202,15 +202,18 @@ func firstMissing(a, b route.Capabilities) string {
 }
 
 // LocalAway says why the local apiserver is out of routing (down,
-// draining, starting, or settling after it flapped), or "" while it is in
-// routing. It is no window: its node's clients are steered to peers only
-// while it lasts (rule 3a), then handed back.
+// draining, starting, or settling after it flapped) while a healthy peer
+// can take its node's requests, or "". It is no window: its node's clients
+// are steered to peers only while it lasts (rule 3a), then handed back.
+// With no healthy peer (etcd stalled, every /readyz failing at once)
+// skewgate could only pass requests to the same servers: it stays out of
+// the path.
 func (m *Members) LocalAway() string {
 	if m.Ready() != nil {
 		return ""
 	}
 	t := m.Table()
-	if t == nil || t.Local.Healthy {
+	if t == nil || t.Local.Healthy || !slices.ContainsFunc(t.Peers, func(p route.Server) bool { return p.Healthy && !p.Departed }) {
 		return ""
 	}
 	return "the local apiserver " + t.Local.ID + " is away"

@@ -2,6 +2,8 @@ package membership
 
 import (
 	"encoding/json"
+	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -208,5 +210,40 @@ func TestWindowOpensForUpgradesOnly(t *testing.T) {
 				t.Errorf("reason %q, want it to say %q", got.Reason, tc.reason)
 			}
 		})
+	}
+}
+
+// Mode auto steers a node's clients while its own apiserver is away only
+// when a healthy peer can take them: with every /readyz failing at once
+// (etcd stalled) it stays out of the path — seen on the lab, where a 3 s
+// etcd stall steered node-a for half a second.
+func TestLocalAwayNeedsAHealthyPeer(t *testing.T) {
+	clock := time.Now()
+	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
+	const b = "10.0.0.2:6443"
+	m, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u(b)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.now = func() time.Time { return clock }
+	healthy(m, m.localID, &discovery.Doc{}, clock)
+	healthy(m, b, &discovery.Doc{}, clock)
+	if why := m.LocalAway(); why != "" {
+		t.Errorf("both healthy: %q", why)
+	}
+	down := func(id string) {
+		s := m.servers[id]
+		for range failThreshold {
+			s.observe(time.Millisecond, errors.New("readyz: 500"), clock)
+		}
+		m.publish()
+	}
+	down(m.localID)
+	if why := m.LocalAway(); why == "" {
+		t.Error("the local apiserver away, the peer healthy: not steering to it")
+	}
+	down(b)
+	if why := m.LocalAway(); why != "" {
+		t.Errorf("every apiserver away: %q, want out of the path", why)
 	}
 }
