@@ -26,6 +26,8 @@ type Options struct {
 	// SkewgateSteeringMode is those skewgates' --steering-mode ("": the
 	// default, auto).
 	SkewgateSteeringMode string
+	// SkewgateArgs are further `skewgate run` flags for those skewgates.
+	SkewgateArgs []string
 	// Versions are more kube-apiserver versions to have built, for
 	// UpgradeNode.
 	Versions []string
@@ -90,7 +92,7 @@ func Up(ctx context.Context, o Options) (*Plane, error) {
 		return nil, err
 	}
 	p := &Plane{Dir: o.Dir, Spec: o.Spec, Bins: bins, out: o.Progress, cache: o.CacheDir}
-	p.skewgateMode = SkewgateMode{Steering: true, SteeringMode: o.SkewgateSteeringMode}
+	p.skewgateMode = SkewgateMode{Steering: true, SteeringMode: o.SkewgateSteeringMode, Extra: o.SkewgateArgs}
 	if err := p.up(ctx, o.ReadyTimeout, o.Skewgate); err != nil {
 		if derr := down(o.Dir, true); derr != nil {
 			return nil, errors.Join(err, fmt.Errorf("tear down after failure: %w", derr))

@@ -64,6 +64,10 @@ func newDrillCmd() *cobra.Command {
 	f.StringVar(&o.Image, "image", "", "with --kubeadm: skewgate's image archive (make image)")
 	f.StringVar(&o.ImageTag, "tag", "", "with --kubeadm: that image's tag (make image's VERSION)")
 	f.DurationVar(&o.Settle, "settle", time.Minute, "with --kubeadm: how long the controllers may settle before what was lost is counted")
+	f.Func("skewgate-arg", "a further flag of skewgate run for the skewgate modes, e.g. --skewgate-arg=--rollback-grace=0 (repeatable; the report names them)", func(v string) error {
+		o.SkewgateArgs = append(o.SkewgateArgs, v)
+		return nil
+	})
 	f.StringVar(&report, "report", report, "where the markdown report goes (default docs/upgrade-drill.md, for another pair than the default docs/upgrade-drill-<to's minor>.md)")
 	f.StringVar(&o.OutDir, "images", "", "where the report's PNGs go (default docs/drill, for another pair docs/drill/<to's minor>)")
 	f.StringVar(&o.Prometheus, "prometheus", "", "prometheus binary (default: from $PATH)")

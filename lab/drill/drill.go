@@ -75,6 +75,10 @@ type Options struct {
 	// (default 60 s).
 	Kubeadm         bool
 	Image, ImageTag string
+	// SkewgateArgs are further `skewgate run` flags for the skewgate
+	// modes (e.g. --rollback-grace=0), on the lab's skewgates or
+	// appended to the DaemonSet's.
+	SkewgateArgs []string
 	Settle          time.Duration
 	Progress        io.Writer
 	// Build names what was measured, as the report says it (e.g.
@@ -200,7 +204,7 @@ func runMode(ctx context.Context, o Options, mode string) (*Result, error) {
 	if o.Kubeadm {
 		lo.ReadyTimeout = 3 * time.Minute
 	} else if steering, ok := skewgateModes[mode]; ok {
-		lo.Skewgate, lo.SkewgateSteeringMode = o.Skewgate, steering
+		lo.Skewgate, lo.SkewgateSteeringMode, lo.SkewgateArgs = o.Skewgate, steering, o.SkewgateArgs
 	}
 	plane, err := lab.Up(ctx, lo)
 	if err != nil {

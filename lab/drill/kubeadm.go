@@ -36,6 +36,7 @@ func deploySkewgate(ctx context.Context, plane *lab.Plane, o Options, mode strin
 	if skewgateModes[mode] == "always" {
 		args = append(args, "--steering-mode=always")
 	}
+	args = append(args, o.SkewgateArgs...)
 	base := filepath.Join(filepath.Dir(o.MonitoringDir), "kubernetes")
 	if _, err := plane.ApplyKustomize(ctx, base, "skewgate", o.ImageTag, args...); err != nil {
 		return err

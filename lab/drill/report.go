@@ -216,6 +216,9 @@ func writtenBy(w io.Writer, o Options, command string) {
 	if o.Build != "" {
 		build = " with " + o.Build
 	}
+	if len(o.SkewgateArgs) > 0 {
+		build += ", skewgate run with `" + strings.Join(o.SkewgateArgs, " ") + "`"
+	}
 	fmt.Fprintf(w, "Written by `%s`%s on %s (%s/%s, %d CPUs); regenerate it by running that again. ",
 		command, build, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 }
