@@ -26,7 +26,14 @@ func WriteDocs(docsDir string, r *Report) error {
 	}
 	var b bytes.Buffer
 	r.writeDoc(&b)
-	return os.WriteFile(filepath.Join(docsDir, "benchmarks.md"), b.Bytes(), 0o644)
+	path := filepath.Join(docsDir, "benchmarks.md")
+	// make scale's section, if an earlier run wrote one, stays.
+	if old, err := os.ReadFile(path); err == nil {
+		if scale := Section(string(old), ScaleHeading); scale != "" {
+			return os.WriteFile(path, []byte(ReplaceSection(b.String(), ScaleHeading, scale)), 0o644)
+		}
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
 }
 
 func (r *Report) writeDoc(b *bytes.Buffer) {
