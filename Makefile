@@ -142,8 +142,9 @@ bench: lab-build
 bench-micro:
 	$(GO) test -run '^$$' -bench . -benchmem ./proxy/...
 
-# 500 watches + 200 rps through skewgate for SOAK_DURATION (default 60s),
-# node-b stopped and started in the middle; prints outcomes and vitals.
+# SOAK_WATCHES watches (default 500) + SOAK_RATE requests a second (default
+# 200) through skewgate for SOAK_DURATION (default 60s), node-b stopped and
+# started in the middle; prints outcomes and vitals.
 soak: lab-build
 	$(GO) test -count=1 -run '^$$' -bench Soak -benchtime 1x -timeout 20m ./lab/e2e/
 
