@@ -54,6 +54,13 @@ func TestHostileClients(t *testing.T) {
 	fresh := freshConns(t)
 	waitFor(t, 10*time.Second, "steering on", func() bool { return steered(do(t, fresh, http.MethodGet, url+"?limit=1", nil)) })
 	token := hostileToken(t)
+	// Each apiserver learns of the RoleBinding from its own informer: until
+	// node-b has, its 403 would answer the uploads before reading them.
+	dryRun := &http.Client{Transport: &http.Transport{TLSClientConfig: labTLS(t)}} // no client certificate: the token speaks
+	waitFor(t, 20*time.Second, "node-b authorizes the ServiceAccount", func() bool {
+		return do(t, dryRun, http.MethodPost, url+"?dryRun=All", []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"hostile-probe"}}`),
+			"Authorization", "Bearer "+token).Code == http.StatusCreated
+	})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
