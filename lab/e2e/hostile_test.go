@@ -26,7 +26,7 @@ import (
 
 // Hostile load, all at once against node-b's skewgate (issue 23 item 2).
 const (
-	hostileConns   = 3000 // idle HTTP/2 connections
+	hostileConns   = 4000 // idle HTTP/2 connections: ~55 KiB each, past the limit without shedding
 	hostileStreams = 1000 // slow uploads on each of two HTTP/2 connections
 	hostileUploads = 300  // slow uploads, each on its own HTTP/1.1 connection
 )
