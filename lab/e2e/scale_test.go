@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -154,7 +155,9 @@ func BenchmarkScale(b *testing.B) {
 	peak := <-peakc
 	hwm := procStatusKiB(b, sg.PID, "VmHWM") << 10
 
-	r := scaleReport{cfg: cfg, events: events, ramp: ramp, rampErr: rampErr, loadTime: loadTime, idle: idle, afterRamp: afterRamp,
+	answers := skewgateAnswers(b)
+	keepLog(sg)
+	r := scaleReport{answers: answers, cfg: cfg, events: events, ramp: ramp, rampErr: rampErr, loadTime: loadTime, idle: idle, afterRamp: afterRamp,
 		peak: peak, hwm: float64(hwm), cpu: cpu, cpuRamp: cpuRamp, load0: load0, load1: loadAvg()}
 	for _, p := range sides {
 		r.sides = append(r.sides, summarize(ctx, b, p, oracle, events))
@@ -404,8 +407,51 @@ func quantile(d []time.Duration, q float64) time.Duration {
 	return d[min(int(math.Ceil(q*float64(len(d))))-1, len(d)-1)]
 }
 
+// skewgateAnswers sums node-a's skewgate_requests_total by route, verb
+// and code: which answers the load got from skewgate, and from whom.
+func skewgateAnswers(b testing.TB) string {
+	resp, err := http.Get(lab.SkewgateAdminURL(node(b, "node-a")) + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	sums := map[string]float64{}
+	label := func(line, k string) string {
+		_, v, _ := strings.Cut(line, k+`="`)
+		v, _, _ = strings.Cut(v, `"`)
+		return v
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "skewgate_requests_total{") {
+			continue
+		}
+		f, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		sums[label(line, "route")+" "+label(line, "verb")+" "+label(line, "code")] += f
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(sums)) {
+		parts = append(parts, fmt.Sprintf("%s: %.0f", k, sums[k]))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// keepLog copies skewgate's log out of the lab directory, which tear-down
+// removes, and says where.
+func keepLog(p lab.Proc) {
+	data, err := os.ReadFile(p.Log)
+	if err != nil {
+		return
+	}
+	path := fmt.Sprintf("%s/skewgate-scale-%d.log", os.TempDir(), time.Now().Unix())
+	if os.WriteFile(path, data, 0o644) == nil {
+		fmt.Println("scale: skewgate's log kept in", path)
+	}
+}
+
 // scaleReport is the run's figures.
 type scaleReport struct {
+	answers               string
 	cfg                   scaleConfig
 	sides                 []scaleSide
 	events                []scaleEvent
@@ -480,6 +526,7 @@ func (r scaleReport) markdown() string {
 		"%.1f s over the %s of load (%s requests and everything the watches carried): %s µs per request.\n\n",
 		mib(r.idle.rss), mib(r.afterRamp.rss), mib(r.peak.rss), mib(r.hwm), mib(float64(r.cfg.memoryLimit)),
 		r.peak.goroutines, r.peak.conns, r.peak.shedding, r.cpuRamp.Seconds(), r.cpu.Seconds(), r.loadTime.Round(time.Second), strconv.Itoa(sgSent), perReq)
+	fmt.Fprintf(&w, "**skewgate's answers** (route, verb, code): %s.\n\n", r.answers)
 	fmt.Fprintf(&w, "**Timeline.** Watches established in %s", r.ramp.Round(time.Second))
 	if r.rampErr != nil {
 		fmt.Fprintf(&w, " (%v)", r.rampErr)
