@@ -94,7 +94,8 @@ func TestHostileClients(t *testing.T) {
 }
 
 // hostileToken is a ServiceAccount token of default/hostile, allowed to
-// edit in default (the apiserver reads its uploads), issued by node-a.
+// create ConfigMaps in default (the apiserver reads its uploads), issued
+// by node-a.
 func hostileToken(t *testing.T) string {
 	cs := scaleClient(t, node(t, "node-a").URL(), nil)
 	ctx := context.Background()
@@ -102,8 +103,15 @@ func hostileToken(t *testing.T) string {
 	if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, sa, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
 		t.Fatal(err)
 	}
-	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "hostile-edit"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "edit"},
+	// A Role of its own: the aggregated ClusterRole edit is empty without
+	// a controller-manager, which the lab does not run.
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "hostile-configmaps"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "create"}}}}
+	if _, err := cs.RbacV1().Roles("default").Create(ctx, role, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "hostile-configmaps"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "hostile-configmaps"},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "hostile", Namespace: "default"}}}
 	if _, err := cs.RbacV1().RoleBindings("default").Create(ctx, rb, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
 		t.Fatal(err)
