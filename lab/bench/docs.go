@@ -27,13 +27,16 @@ func WriteDocs(docsDir string, r *Report) error {
 	var b bytes.Buffer
 	r.writeDoc(&b)
 	path := filepath.Join(docsDir, "benchmarks.md")
-	// make scale's section, if an earlier run wrote one, stays.
+	// make scale's section and its notes, if there are any, stay.
+	doc := b.String()
 	if old, err := os.ReadFile(path); err == nil {
-		if scale := Section(string(old), ScaleHeading); scale != "" {
-			return os.WriteFile(path, []byte(ReplaceSection(b.String(), ScaleHeading, scale)), 0o644)
+		for _, h := range []string{ScaleHeading, ScaleNotesHeading} {
+			if sec := Section(string(old), h); sec != "" {
+				doc = ReplaceSection(doc, h, sec)
+			}
 		}
 	}
-	return os.WriteFile(path, b.Bytes(), 0o644)
+	return os.WriteFile(path, []byte(doc), 0o644)
 }
 
 func (r *Report) writeDoc(b *bytes.Buffer) {

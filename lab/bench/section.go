@@ -12,6 +12,10 @@ import (
 // and measure different things, so neither erases the other's figures.
 const ScaleHeading = "## Scale"
 
+// ScaleNotesHeading opens the hand-kept notes on scale runs that did not
+// fit this machine; like the Scale section, make bench keeps it.
+const ScaleNotesHeading = "## Scale: what did not fit"
+
 // Section returns doc's section that starts with the line heading, up to
 // the next "## " heading or the end, or "" when doc has none.
 func Section(doc, heading string) string {
