@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -91,6 +92,7 @@ func TestLoadShedsNearTheMemoryLimit(t *testing.T) {
 // Goroutine stacks count toward the bound: idle connections hold little
 // heap and two or more goroutines each.
 func TestMemoryInUseCountsStacks(t *testing.T) {
+	runtime.GC() // heap objects: live ones only, before and after
 	before := memoryInUse()
 	stop := make(chan struct{})
 	var started sync.WaitGroup
@@ -99,6 +101,7 @@ func TestMemoryInUseCountsStacks(t *testing.T) {
 		go deepStack(64, &started, stop)
 	}
 	started.Wait()
+	runtime.GC()
 	grown := int64(memoryInUse()) - int64(before)
 	close(stop)
 	// 2000 stacks of 64 frames of 256 bytes: 32 MiB at least.
