@@ -13,6 +13,12 @@ import (
 // startProcess starts bin with args in node's namespaces (nsPath and
 // hostname empty: the root namespace), its output appended to logFile.
 func startProcess(name, bin string, args []string, nsPath, hostname, logFile string) (Proc, error) {
+	return startProcessEnv(name, bin, args, nil, nsPath, hostname, logFile)
+}
+
+// startProcessEnv is startProcess with env added to this process's
+// environment, as a container's env adds to its image's.
+func startProcessEnv(name, bin string, args, env []string, nsPath, hostname, logFile string) (Proc, error) {
 	log, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return Proc{}, fmt.Errorf("open log for %s: %w", name, err)
@@ -20,6 +26,9 @@ func startProcess(name, bin string, args []string, nsPath, hostname, logFile str
 	defer log.Close() // the child keeps its own copy
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	if err := StartInNode(nsPath, hostname, cmd); err != nil {
 		return Proc{}, fmt.Errorf("start %s: %w", name, err)
 	}

@@ -47,6 +47,9 @@ type SkewgateMode struct {
 	SteeringMode string
 	// Extra are further flags.
 	Extra []string
+	// Env is added to skewgate's environment, such as the
+	// SKEWGATE_MEMORY_LIMIT the DaemonSet sets from the container's limit.
+	Env []string
 }
 
 // SkewgateArgs are `skewgate run` flags for a skewgate in front of node n:
@@ -140,7 +143,7 @@ func (p *Plane) StartSkewgate(ctx context.Context, name, bin string, mode Skewga
 			return Proc{}, err
 		}
 	}
-	proc, err := startProcess("skewgate-"+n.Name, bin, args, NetNSPath(n.Name), "", p.logFile("skewgate-"+n.Name))
+	proc, err := startProcessEnv("skewgate-"+n.Name, bin, args, mode.Env, NetNSPath(n.Name), "", p.logFile("skewgate-"+n.Name))
 	if err != nil {
 		return Proc{}, err
 	}

@@ -4,8 +4,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -78,11 +80,43 @@ func TestLoadShedsNearTheMemoryLimit(t *testing.T) {
 	}
 	ballast := make([]byte, 64<<20)
 	ballast[len(ballast)-1] = 1
-	debug.SetMemoryLimit(int64(heapInUse()) / 2)
+	debug.SetMemoryLimit(int64(memoryInUse()) / 2)
 	why := l.Shedding()
 	debug.SetMemoryLimit(prev)
 	if !strings.Contains(why, "soft memory limit") {
 		t.Fatalf("heap over the limit: %q, want shedding", why)
 	}
 	_ = ballast[len(ballast)-1]
+}
+
+// Goroutine stacks count toward the bound: idle connections hold little
+// heap and two or more goroutines each.
+func TestMemoryInUseCountsStacks(t *testing.T) {
+	runtime.GC() // heap objects: live ones only, before and after
+	before := memoryInUse()
+	stop := make(chan struct{})
+	var started sync.WaitGroup
+	for range 2000 {
+		started.Add(1)
+		go deepStack(64, &started, stop)
+	}
+	started.Wait()
+	runtime.GC()
+	grown := int64(memoryInUse()) - int64(before)
+	close(stop)
+	// 2000 stacks of 64 frames of 256 bytes: 32 MiB at least.
+	if grown < 24<<20 {
+		t.Fatalf("2000 goroutines with 32 KiB stacks grew the measure by %d KiB", grown>>10)
+	}
+}
+
+func deepStack(depth int, started *sync.WaitGroup, stop chan struct{}) byte {
+	var pad [256]byte
+	pad[depth%256] = byte(depth)
+	if depth == 0 {
+		started.Done()
+		<-stop
+		return pad[0]
+	}
+	return deepStack(depth-1, started, stop) + pad[depth%256]
 }

@@ -26,7 +26,17 @@ func WriteDocs(docsDir string, r *Report) error {
 	}
 	var b bytes.Buffer
 	r.writeDoc(&b)
-	return os.WriteFile(filepath.Join(docsDir, "benchmarks.md"), b.Bytes(), 0o644)
+	path := filepath.Join(docsDir, "benchmarks.md")
+	// make scale's section and its notes, if there are any, stay.
+	doc := b.String()
+	if old, err := os.ReadFile(path); err == nil {
+		for _, h := range []string{ScaleHeading, ScaleNotesHeading} {
+			if sec := Section(string(old), h); sec != "" {
+				doc = ReplaceSection(doc, h, sec)
+			}
+		}
+	}
+	return os.WriteFile(path, []byte(doc), 0o644)
 }
 
 func (r *Report) writeDoc(b *bytes.Buffer) {

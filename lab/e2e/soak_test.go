@@ -22,7 +22,8 @@ import (
 )
 
 // BenchmarkSoak is the soak of `make soak`: for SOAK_DURATION (default 60 s)
-// 500 watches and 200 requests a second (lists of a local and of a
+// SOAK_WATCHES watches (default 500) and SOAK_RATE requests a second
+// (default 200) (lists of a local and of a
 // peer-only resource, creates and deletes) go through node-a's skewgate,
 // while node-b — the only server of workloads — is stopped a third of the
 // way in and started again at half time. It reports every outcome, and
@@ -40,12 +41,12 @@ func BenchmarkSoak(b *testing.B) {
 	b.ResetTimer()
 	ctx, cancel := context.WithTimeout(context.Background(), duration)
 	var wg sync.WaitGroup
-	for i := range 500 {
+	for i := range envInt("SOAK_WATCHES", 500) {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.watch(ctx, i) }()
 	}
 	wg.Add(2)
-	go func() { defer wg.Done(); s.load(ctx, 200) }()
+	go func() { defer wg.Done(); s.load(ctx, envInt("SOAK_RATE", 200)) }()
 	go func() { defer wg.Done(); s.peerAway(ctx, b, duration) }()
 	peak := s.sampleRSS(ctx, b)
 	wg.Wait()
