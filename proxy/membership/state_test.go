@@ -479,3 +479,47 @@ func TestDepartedKeepsItsRollbackGrace(t *testing.T) {
 		t.Errorf("the grace over: rule %s (%s), want 6", d.Rule, d.Reason)
 	}
 }
+
+// Bug, seen in the kubeadm drill (4 false 404s as node-a came back on
+// v1.36.3): kube-apiserver's graceful shutdown takes it out of the
+// kubernetes EndpointSlice, and it is listed again only after it is
+// ready. Back and healthy but departed, its discovery not re-read yet,
+// it was not "not known yet" (only members were): the new version's type
+// was nobody's, and the node's own old apiserver answered its 404. A
+// departed server that went down and is not re-read since may have come
+// back on another version, as a member may.
+func TestDepartedBackNotReReadIsUnknown(t *testing.T) {
+	clock := time.Now()
+	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
+	const b = "10.0.0.2:6443"
+	m, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u(b)}, Grace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.now = func() time.Time { return clock }
+	healthy(m, m.localID, &discovery.Doc{}, clock)
+	healthy(m, b, &discovery.Doc{}, clock) // the old version, as the local one
+	s := m.servers[b]
+	down := errors.New("readyz: 500")
+	s.observe(time.Millisecond, down, clock)
+	s.observe(time.Millisecond, down, clock)
+	m.notePreDown(s)
+	m.SetPeers(nil) // its shutdown took it out of the EndpointSlice
+	s.observe(time.Millisecond, nil, clock)
+	s.observe(time.Millisecond, nil, clock) // back, on the new version, not re-read yet
+	m.publish()
+	if d := route.Decide(workloads, m.Table(), false, "c"); d.Rule != route.RuleUnavailable || !slices.Equal(d.Servers, []string{b}) {
+		t.Errorf("departed, back, not re-read: rule %s %v (%s), want 5 from %s", d.Rule, d.Servers, d.Reason, b)
+	}
+	newDoc := workloadsDoc()
+	newDoc.APIs.Items[0].Name = "scheduling.k8s.io"
+	m.store.Record(b, newDoc, nil)
+	m.confirmed(b, s, s.confirmable())
+	if d := route.Decide(workloads, m.Table(), false, "c"); d.Route != route.Unavailable {
+		t.Errorf("departed, re-read serving it: %s rule %s (%s), want unavailable until listed again", d.Route, d.Rule, d.Reason)
+	}
+	m.SetPeers([]*url.URL{u(b)})
+	if d := route.Decide(workloads, m.Table(), false, "c"); d.Route != route.Peer {
+		t.Errorf("listed again: %s rule %s (%s), want the peer", d.Route, d.Rule, d.Reason)
+	}
+}

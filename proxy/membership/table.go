@@ -52,10 +52,12 @@ func (m *Members) publish() {
 			// refresh loop publishes.
 			rs.Unknown = st.Departed == nil && inGrace(st.Joined)
 		}
+		// Down and not re-read since, a server may be back on another
+		// version — departed too: kube-apiserver's graceful shutdown
+		// takes it out of the kubernetes EndpointSlice, and it is listed
+		// again only after it is ready.
 		d := doubts[id]
-		if st.Departed == nil {
-			rs.Unknown = rs.Unknown || d.unconfirmed && inGrace(d.downSince)
-		}
+		rs.Unknown = rs.Unknown || d.unconfirmed && inGrace(d.downSince)
 		// A departed server keeps its rollback's grace too: one that
 		// shuts down for its next upgrade leaves the cluster's list
 		// while what it served before the rollback is still held.
