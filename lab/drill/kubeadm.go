@@ -95,6 +95,11 @@ func moveKubeadm(ctx context.Context, plane *lab.Plane, s step, pres *presence, 
 	go func() { defer close(followed); follow(fctx, plane, s.node, pres, pc) }()
 	defer func() { stop(); <-followed }()
 	switch {
+	case s.kubelet && !s.upgrade:
+		if err := plane.SetKubelet(ctx, s.node, s.version, stepTimeout); err != nil {
+			return err
+		}
+		return replaceSkewgatePod(ctx, plane, s.node)
 	case s.kubelet:
 		return plane.SetKubelet(ctx, s.node, s.version, stepTimeout)
 	case s.upgrade:
@@ -127,5 +132,43 @@ func follow(ctx context.Context, plane *lab.Plane, node string, pres *presence, 
 			}
 		}
 		sleep(ctx, 250*time.Millisecond)
+	}
+}
+
+// replaceSkewgatePod deletes node's skewgate pod, if it runs one, right
+// after its kubelet's downgrade, and waits until the DaemonSet's new one
+// is Ready: skewgate restarted inside the rollback's grace, which the
+// state file must carry over (an OOM, an eviction, a rollout at that
+// moment). The drill counts every 404 meanwhile.
+func replaceSkewgatePod(ctx context.Context, plane *lab.Plane, node string) error {
+	c, err := plane.AdminClient(plane.Spec.Nodes[0])
+	if err != nil {
+		return err
+	}
+	pods := c.CoreV1().Pods("kube-system")
+	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=skewgate", FieldSelector: "spec.nodeName=" + node}
+	list, err := pods.List(ctx, sel)
+	if err != nil || len(list.Items) == 0 {
+		return err // no skewgate in this mode
+	}
+	old := list.Items[0].Name
+	if err := pods.Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("replace skewgate's pod on %s: %w", node, err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		list, err := pods.List(ctx, sel)
+		if err == nil && len(list.Items) == 1 && list.Items[0].Name != old && list.Items[0].DeletionTimestamp == nil &&
+			slices.ContainsFunc(list.Items[0].Status.Conditions, func(c corev1.PodCondition) bool {
+				return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+			}) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: skewgate's pod %s not replaced by a Ready one in 2m", node, old)
+		}
+		if !sleep(ctx, 500*time.Millisecond) {
+			return ctx.Err()
+		}
 	}
 }

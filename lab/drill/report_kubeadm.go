@@ -15,7 +15,8 @@ func writeKubeadmIntro(w io.Writer, o Options, command string) {
 		"a `controlPlaneEndpoint` VIP on node-a. The upgrade is the one of kubeadm's documentation: %s`kubeadm upgrade apply %s` on node-a, "+
 		"`kubeadm upgrade node` on node-b and node-c (kubeadm %s swapped in as its package would be), and after each node's control plane its kubelet "+
 		"(cordon, the %s kubelet, restart, uncordon). The rollback is the operator's after a failed upgrade, node-c first: the static-pod manifests and the "+
-		"kubelet configuration kubeadm backed up (`/etc/kubernetes/tmp/kubeadm-backup-manifests-*`, `kubeadm-kubelet-config-*`) put back, then the %s kubelet. "+
+		"kubelet configuration kubeadm backed up (`/etc/kubernetes/tmp/kubeadm-backup-manifests-*`, `kubeadm-kubelet-config-*`) put back with the runbook's commands, then the %s kubelet, "+
+		"then — where skewgate runs — the node's skewgate pod deleted and replaced by the DaemonSet inside the rollback's grace. "+
 		"Each phase lasts as long as its step took (a steady phase %s). "+
 		"A load balancer spreads the workload's connections over the nodes whose `/readyz` passes: informers (list + watch) on configmaps, "+
 		"%s (%s), "+
