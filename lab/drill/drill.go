@@ -79,8 +79,8 @@ type Options struct {
 	// modes (e.g. --rollback-grace=0), on the lab's skewgates or
 	// appended to the DaemonSet's.
 	SkewgateArgs []string
-	Settle          time.Duration
-	Progress        io.Writer
+	Settle       time.Duration
+	Progress     io.Writer
 	// Build names what was measured, as the report says it (e.g.
 	// skewgate's version).
 	Build string
