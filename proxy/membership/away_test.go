@@ -82,7 +82,7 @@ func TestDeniedListed(t *testing.T) {
 	s.mu.Lock()
 	s.healthy = true
 	s.mu.Unlock()
-	s.connFailed(errors.New("refused"))
+	s.connFailed(errors.New("refused"), time.Now())
 	if !s.denied(gvr, doc, fetched, true, t0.Add(2*time.Hour)) || !s.deniedStale(gvr, doc) {
 		t.Fatal("after the server went down: want a re-read and the 404 kept")
 	}

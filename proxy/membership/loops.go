@@ -3,6 +3,7 @@ package membership
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -56,6 +57,9 @@ func (m *Members) probe(ctx context.Context, c *http.Client, url string) error {
 	}
 	resp, err := c.Do(req)
 	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+			return fmt.Errorf("%w (%s): %w", errSlow, m.cfg.ProbeTimeout, err)
+		}
 		return err
 	}
 	defer resp.Body.Close()

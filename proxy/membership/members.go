@@ -241,7 +241,7 @@ func (m *Members) ConnFailed(id string, err error) {
 	m.mu.Lock()
 	s, ok := m.servers[id]
 	m.mu.Unlock()
-	if ok && s.connFailed(err) {
+	if ok && s.connFailed(err, m.now()) {
 		m.notePreDown(s)
 		m.cfg.Log.Warn("apiserver unhealthy: connection failed", "server", id, "err", err)
 		m.endStreamsIfOut(s)

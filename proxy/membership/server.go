@@ -5,6 +5,7 @@
 package membership
 
 import (
+	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -25,6 +26,20 @@ const (
 	latencyWeight = 0.3 // of the newest sample in the moving average
 )
 
+// A probe that got no answer within the probe timeout is slow, not failed:
+// a server that takes a whole node's load while its neighbour restarts
+// answers /readyz late, and taking it out of routing (and ending every
+// watch through it) for that fails what it would have served. Slow probes
+// count as failures only once no probe has been answered for slowGrace: a
+// frozen or unreachable server is out within about slowGrace plus a probe
+// period (its HTTP/2 connections' pings end its streams even sooner). An
+// answer that is not ready, or a refused or broken connection, counts at
+// once.
+const slowGrace = 5 * time.Second
+
+// errSlow marks a probe that got no answer within the probe timeout.
+var errSlow = errors.New("no answer within the probe timeout")
+
 // server is one apiserver's health as the prober sees it.
 type server struct {
 	backend *forward.Backend
@@ -39,6 +54,8 @@ type server struct {
 	latency   time.Duration
 	lastErr   error
 	lastProbe time.Time
+	// lastAnswer is when a probe was last answered ready.
+	lastAnswer time.Time
 	// lastHealthy is when a probe last found it healthy (or, for a server
 	// restored from the state file, when the previous run last did).
 	lastHealthy time.Time
@@ -122,6 +139,10 @@ func (s *server) observe(rtt time.Duration, err error, at time.Time) bool {
 	s.lastProbe = at
 	was := s.healthy
 	defer s.noteTransition(was, at)
+	if errors.Is(err, errSlow) && s.healthy && at.Sub(s.lastAnswer) < slowGrace {
+		s.lastErr = err // slow, not out: see slowGrace
+		return false
+	}
 	if err != nil {
 		s.lastErr, s.passes = err, 0
 		s.fails++
@@ -130,7 +151,7 @@ func (s *server) observe(rtt time.Duration, err error, at time.Time) bool {
 		}
 		return was != s.healthy
 	}
-	s.lastErr, s.fails = nil, 0
+	s.lastErr, s.fails, s.lastAnswer = nil, 0, at
 	s.passes++
 	if s.passes >= passThreshold || s.healthy {
 		s.healthy = true
@@ -150,12 +171,12 @@ func (s *server) observe(rtt time.Duration, err error, at time.Time) bool {
 
 // connFailed takes the server out of routing at once: a refused or timed
 // out connection is certain, a probe period is not worth waiting for.
-func (s *server) connFailed(err error) bool {
+func (s *server) connFailed(err error, at time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	was := s.healthy
 	s.healthy, s.passes, s.fails, s.lastErr = false, 0, failThreshold, err
-	s.noteTransition(was, time.Now())
+	s.noteTransition(was, at)
 	return was
 }
 
@@ -192,6 +213,22 @@ const (
 	flapWindow = time.Minute
 	settleTime = 10 * time.Second
 )
+
+// healthySince reports whether a probe after t left the server healthy
+// without a failure counted against it (it passed, or was only slow), and
+// it still is a healthy member.
+func (s *server) healthySince(t time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.healthy && s.fails == 0 && s.departed.IsZero() && s.lastProbe.After(t)
+}
+
+// down is when the server last turned unhealthy (zero: never seen so).
+func (s *server) down() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.downSince
+}
 
 // inRouting reports whether the local server takes its requests at now:
 // healthy, its discovery read again since it returned (it may have come

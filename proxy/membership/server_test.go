@@ -1,7 +1,10 @@
 package membership
 
 import (
+	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"testing"
 	"time"
@@ -28,7 +31,7 @@ func TestHealthThresholds(t *testing.T) {
 			t.Fatalf("step %d: healthy = %v, want %v", i, got, st.healthy)
 		}
 	}
-	if !s.connFailed(fail) || s.status().Healthy {
+	if !s.connFailed(fail, time.Now()) || s.status().Healthy {
 		t.Fatal("a failed connection must take a healthy server out at once")
 	}
 }
@@ -113,5 +116,68 @@ func TestUnknownPeerWithinGrace(t *testing.T) {
 	m.publish()
 	if got := unknown(); got["10.0.0.2:6443"] {
 		t.Fatalf("past the grace: unknown = %v", got)
+	}
+}
+
+// Bug (make scale, 2,000 watches a side): with node-a away its whole load
+// landed on node-b, whose /readyz then took longer than the 1 s probe
+// timeout; skewgate took node-b out of routing and ended every connection
+// to it, cutting the watches it was serving. A probe with no answer in
+// time is slow, not failed, until no probe was answered for slowGrace; an
+// answer that is not ready counts at once.
+func TestSlowProbesKeepAServer(t *testing.T) {
+	slow := make(chan struct{})
+	defer close(slow)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" {
+			select {
+			case <-slow:
+			case <-r.Context().Done():
+			}
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	m := &Members{cfg: Config{ProbeTimeout: 50 * time.Millisecond}}
+	err := m.probe(context.Background(), srv.Client(), srv.URL+"/readyz")
+	if !errors.Is(err, errSlow) {
+		t.Fatalf("a probe with no answer in time: %v, want errSlow", err)
+	}
+	if err := m.probe(context.Background(), srv.Client(), srv.URL+"/livez"); err == nil || errors.Is(err, errSlow) {
+		t.Fatalf("an answer that is not ready: %v, want a failure that is not errSlow", err)
+	}
+
+	s := &server{backend: forward.NewBackend("b", &url.URL{Scheme: "https", Host: "b:6443"}, forward.Trust{})}
+	at := time.Now()
+	s.observe(time.Millisecond, nil, at)
+	s.observe(time.Millisecond, nil, at)
+	for i := range 6 { // 3 s of slow probes, one every 500 ms
+		at = at.Add(500 * time.Millisecond)
+		s.observe(time.Second, err, at)
+		if !s.status().Healthy {
+			t.Fatalf("out after %d slow probes", i+1)
+		}
+	}
+	at = at.Add(500 * time.Millisecond)
+	s.observe(time.Millisecond, nil, at) // answered: the slowGrace starts again
+	for at2 := at; at2.Sub(at) <= slowGrace+time.Second; at2 = at2.Add(500 * time.Millisecond) {
+		s.observe(time.Second, err, at2)
+		if at2.Sub(at) < slowGrace && !s.status().Healthy {
+			t.Fatalf("out %s after the last answer, before slowGrace", at2.Sub(at))
+		}
+	}
+	if s.status().Healthy {
+		t.Fatalf("still healthy after %s of probes without an answer: a frozen server must leave routing", slowGrace+time.Second)
+	}
+
+	s2 := &server{backend: forward.NewBackend("c", &url.URL{Scheme: "https", Host: "c:6443"}, forward.Trust{})}
+	s2.observe(time.Millisecond, nil, at)
+	s2.observe(time.Millisecond, nil, at)
+	for range failThreshold {
+		at = at.Add(500 * time.Millisecond)
+		s2.observe(time.Millisecond, errors.New("readyz: 500 Internal Server Error"), at)
+	}
+	if s2.status().Healthy {
+		t.Fatal("answers that are not ready must count at once, slow or not")
 	}
 }

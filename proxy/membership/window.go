@@ -207,13 +207,30 @@ func firstMissing(a, b route.Capabilities) string {
 // are steered to peers only while it lasts (rule 3a), then handed back.
 // With no healthy peer (etcd stalled, every /readyz failing at once)
 // skewgate could only pass requests to the same servers: it stays out of
-// the path.
+// the path. Both are judged at one instant: a peer counts only once one
+// of its probes passed after the local server went down, since each
+// server's probes run on their own phase (in a stall of every server the
+// local one can fail first while the peer, not probed again yet, still
+// looks healthy).
 func (m *Members) LocalAway() string {
 	if m.Ready() != nil {
 		return ""
 	}
 	t := m.Table()
-	if t == nil || t.Local.Healthy || !slices.ContainsFunc(t.Peers, func(p route.Server) bool { return p.Healthy && !p.Departed }) {
+	if t == nil || t.Local.Healthy {
+		return ""
+	}
+	m.mu.Lock()
+	local := m.servers[m.localID]
+	peers := make([]*server, 0, len(m.servers))
+	for id, s := range m.servers {
+		if id != m.localID {
+			peers = append(peers, s)
+		}
+	}
+	m.mu.Unlock()
+	since := local.down()
+	if !slices.ContainsFunc(peers, func(p *server) bool { return p.healthySince(since) }) {
 		return ""
 	}
 	return "the local apiserver " + t.Local.ID + " is away"

@@ -239,11 +239,74 @@ func TestLocalAwayNeedsAHealthyPeer(t *testing.T) {
 		m.publish()
 	}
 	down(m.localID)
+	clock = clock.Add(500 * time.Millisecond)
+	m.servers[b].observe(time.Millisecond, nil, clock) // its next probe
+	m.publish()
 	if why := m.LocalAway(); why == "" {
 		t.Error("the local apiserver away, the peer healthy: not steering to it")
 	}
 	down(b)
 	if why := m.LocalAway(); why != "" {
 		t.Errorf("every apiserver away: %q, want out of the path", why)
+	}
+}
+
+// Bug (CI, lab/e2e/window, a 3 s etcd stall): every /readyz failed, but
+// each server's probes run on their own phase, so the local server was
+// out for up to one probe period while the peer, not probed again yet,
+// still counted healthy — and mode auto steered the node for ~0.45 s to a
+// peer that was as stalled as the local one. A peer counts only when a
+// probe passed after the local server went down: both judged at one
+// instant.
+func TestLocalAwayJudgesThePeerAfterTheLocalWentDown(t *testing.T) {
+	clock := time.Now()
+	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
+	const b = "10.0.0.2:6443"
+	m, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u(b)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.now = func() time.Time { return clock }
+	healthy(m, m.localID, &discovery.Doc{}, clock)
+	healthy(m, b, &discovery.Doc{}, clock)
+	probe := func(id string, err error) {
+		m.servers[id].observe(time.Millisecond, err, clock)
+		m.publish()
+	}
+	stall := errors.New("readyz: 500 etcd")
+	// The stall begins: the local server's two failed probes land first.
+	clock = clock.Add(200 * time.Millisecond)
+	probe(m.localID, stall)
+	clock = clock.Add(500 * time.Millisecond)
+	probe(m.localID, stall)
+	if why := m.LocalAway(); why != "" {
+		t.Errorf("local out, the peer not probed since: %q, want no steering yet", why)
+	}
+	// The peer's next probe fails too: a stall of every server.
+	clock = clock.Add(100 * time.Millisecond)
+	probe(b, stall)
+	if why := m.LocalAway(); why != "" {
+		t.Errorf("every server failing: %q", why)
+	}
+	clock = clock.Add(500 * time.Millisecond)
+	probe(b, stall)
+	if why := m.LocalAway(); why != "" {
+		t.Errorf("every server out: %q", why)
+	}
+
+	// A local restart instead: the peer passes a probe after the local
+	// went down, and the node's clients go to it.
+	clock = clock.Add(5 * time.Second)
+	healthy(m, m.localID, &discovery.Doc{}, clock)
+	healthy(m, b, &discovery.Doc{}, clock)
+	clock = clock.Add(100 * time.Millisecond)
+	m.ConnFailed(m.localID, errors.New("dial: connection refused"))
+	if why := m.LocalAway(); why != "" {
+		t.Errorf("the local server just went down: %q, want to wait for the peer's next probe", why)
+	}
+	clock = clock.Add(400 * time.Millisecond)
+	probe(b, nil)
+	if why := m.LocalAway(); why == "" {
+		t.Error("the peer passed a probe after the local server went down: not steering to it")
 	}
 }

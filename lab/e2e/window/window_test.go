@@ -245,6 +245,9 @@ func TestAutoMode(t *testing.T) {
 		apiService(t, "node-b", true)
 		time.Sleep(12 * time.Second)
 		apiService(t, "node-b", false)
+		// etcd stalls for 3 s (a defrag, a slow disk): every server's
+		// /readyz fails at once.
+		stall(t, "etcd", 3*time.Second)
 		// node-a cannot reach node-b for 30 s.
 		partition(t, "node-a", "node-b", 30*time.Second)
 		time.Sleep(5 * time.Second) // probes, discovery and version re-read
