@@ -38,6 +38,9 @@ type NodeConfig struct {
 	ResetDirect bool
 	// PinPath is the bpffs directory of every pin.
 	PinPath string
+	// Inherited is the listener a predecessor handed over (see
+	// Inheritance), used instead of binding the address.
+	Inherited *net.TCPListener
 	// CgroupRoot is where connstat attaches (see CgroupRoot); empty: this
 	// mount namespace's cgroup2 mount, which in a pod is the pod's own.
 	CgroupRoot string
@@ -76,6 +79,9 @@ type Node struct {
 	st *Steering
 	// resets counts connections ended by resetDirect.
 	resets atomic.Uint64
+	// engaged is closed when Engage returns.
+	engaged     chan struct{}
+	engagedOnce sync.Once
 }
 
 // Listen opens the proxy's listener on addr (never MPTCP, which a SOCKMAP
@@ -87,11 +93,15 @@ func Listen(addr string, cfg NodeConfig, reg prometheus.Registerer) (*Node, erro
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	ln, err := NewListener(addr)
-	if err != nil {
-		return nil, fmt.Errorf("--bind-address/--secure-port: %w", err)
+	ln := cfg.Inherited
+	if ln == nil {
+		var err error
+		if ln, err = NewListener(addr); err != nil {
+			return nil, fmt.Errorf("--bind-address/--secure-port: %w", err)
+		}
 	}
-	n := &Node{cfg: cfg, ln: ln, reason: "disabled: --steering=false"}
+	var err error
+	n := &Node{cfg: cfg, ln: ln, reason: "disabled: --steering=false", engaged: make(chan struct{})}
 	if !cfg.Steering {
 		return n, nil
 	}
@@ -224,6 +234,7 @@ func (n *Node) Close() {
 // know what every server serves would answer false 404s, so it gets no
 // connections until it does.
 func (n *Node) Engage(ctx context.Context, reg prometheus.Registerer) {
+	defer n.engagedOnce.Do(func() { close(n.engaged) })
 	if !n.cfg.Steering {
 		return
 	}
@@ -273,6 +284,23 @@ func (n *Node) Engage(ctx context.Context, reg prometheus.Registerer) {
 	}
 	if n.cfg.ExemptPeers && n.cfg.PeerAddrs != nil {
 		go n.followPeers(ctx, st)
+	}
+}
+
+// WaitEngaged returns once skewgate is ready (what every server serves is
+// read) and Engage installed steering (or found it disabled), or when ctx
+// ends.
+func (n *Node) WaitEngaged(ctx context.Context) {
+	for n.cfg.Ready != nil && n.cfg.Ready() != nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case <-n.engaged:
 	}
 }
 

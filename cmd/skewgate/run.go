@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,10 +43,13 @@ type runOptions struct {
 	logging     *logsapi.LoggingConfiguration
 	// localFrom says where the local apiserver's URL came from, for the log.
 	localFrom string
+	// handOver and handOverWait: see Succession.
+	handOver     bool
+	handOverWait time.Duration
 }
 
 func newRunCmd() *cobra.Command {
-	o := &runOptions{bindAddress: "0.0.0.0", securePort: 16443, adminAddr: "127.0.0.1:16444", mode: string(agent.ModeAuto),
+	o := &runOptions{bindAddress: "0.0.0.0", securePort: 16443, handOver: true, adminAddr: "127.0.0.1:16444", mode: string(agent.ModeAuto),
 		logging: logsapi.NewLoggingConfiguration()}
 	o.proxy = proxy.Config{RefreshInterval: 10 * time.Second, WindowHold: 10 * time.Minute, RollbackGrace: membership.DefaultGrace, RequestHeaderAllowedNames: []string{"front-proxy-client"},
 		StateFile: "/var/lib/skewgate/state.json", HeaderNames: proxy.DefaultHeaderNames(),
@@ -115,6 +119,8 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f = fss.FlagSet("steering")
 	f.BoolVar(&o.node.Steering, "steering", false, "install eBPF (sk_lookup) steering of new connections for --steer-address into the proxy, failing open; --steering-mode says when it steers")
 	f.StringVar(&o.mode, "steering-mode", o.mode, "when to steer: always; auto (during a skew window: the apiservers differ in version or in what they serve, or one is away, and --steering-window-hold after they agree); off. The ConfigMap kube-system/skewgate (key steering) wins for the whole cluster")
+	f.BoolVar(&o.handOver, "handover", o.handOver, "hand the listening sockets over between the skewgate running on the node and the next one started beside it (a rollout, a deleted pod's replacement with the DaemonSet's maxSurge), through a unix socket beside --state-file: the steered socket never closes, so no client connection falls open to the apiserver during a restart")
+	f.DurationVar(&o.handOverWait, "handover-wait", 0, "on SIGTERM, how long to keep serving while waiting for a successor to take the listening sockets (--handover) before withdrawing steering; the DaemonSet, whose maxSurge starts a deleted pod's replacement beside it, sets 20s (0: withdraw at once)")
 	f.BoolVar(&o.node.ResetDirect, "steering-reset-direct", false, "when steering engages after a standby (a skew window opened, or the cluster switch armed it), end the connections the apiserver accepted directly meanwhile once each is idle (nothing queued, unacknowledged or exchanged for 1 s), paced, so their clients reconnect through skewgate; a quiet watch on one is cut and resumes from its resourceVersion")
 	f.StringVar(&o.proxy.APIServerManifest, "apiserver-manifest", o.proxy.APIServerManifest, "kube-apiserver static-pod manifest: when its image tag names another version than the local apiserver runs (kubeadm upgrade or rollback, before the kubelet restarts it), "+
 		"every node's skew window opens, through a Lease kube-system/skewgate-upgrade-<node> (a missing file: not a kubeadm node, logged once; empty: not watched)")
@@ -213,14 +219,28 @@ func run(ctx context.Context, o *runOptions) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
 	o.proxy.UserAgent, o.proxy.Log = userAgent(), log
+	// A skewgate already running on the node (a rollout, or a deleted pod's
+	// replacement started beside it) hands its listening sockets over: no
+	// connection falls open to the apiserver between the two.
+	succ, err := agent.NewSuccession(o.handOverSocket(), o.handOverWait, log)
+	if err != nil {
+		return err
+	}
+	sig := ctx
+	ctx = succ.Context(sig)
 	p, err := proxy.New(ctx, o.proxy, reg)
 	if err != nil {
 		return err
 	}
 	o.node.Local, o.node.Ready, o.node.PeerAddrs, o.node.Probe, o.node.Log = p.LocalHost(), p.Members.Ready, p.Members.PeerAddrs, p.Probe, log
 	o.node.Mode, o.node.Window, o.node.Shed = steeringMode(p, agent.Mode(o.mode)), skewWindow(p), p.Load.Shedding
-	node, err := agent.Listen(net.JoinHostPort(o.bindAddress, strconv.Itoa(o.securePort)), o.node, reg)
+	addr := net.JoinHostPort(o.bindAddress, strconv.Itoa(o.securePort))
+	if o.node.Inherited, err = succ.Listen("proxy", addr); err != nil {
+		return fmt.Errorf("--bind-address/--secure-port: %w", err)
+	}
+	node, err := agent.Listen(addr, o.node, reg)
 	if err != nil {
+		o.node.Inherited.Close()
 		return err
 	}
 	defer node.Close()
@@ -231,18 +251,56 @@ func run(ctx context.Context, o *runOptions) error {
 		node.Listener().Close()
 		return err
 	}
-	if err := serveAdmin(ctx, o, p, admin.Handler(p.Members, reg,
+	if err := serveAdmin(ctx, o, p, succ, admin.Handler(p.Members, reg,
 		admin.Options{Extra: map[string]admin.Extra{"steering": node.Status}, Profiling: o.profiling, Version: buildVersion().Version}), log); err != nil {
 		node.Listener().Close()
 		return err
 	}
-	log.Info("serving", "version", buildVersion().Version, "address", node.Listener().Addr().String(),
+	if succ.Inherited() {
+		// The predecessor serves until this process is ready to: what
+		// every server serves read, steering installed.
+		node.WaitEngaged(ctx)
+	}
+	if err := succ.Serving(ctx); err != nil {
+		log.Warn("no successor can take this process's sockets", "err", err)
+	}
+	log.Info("serving", "version", buildVersion().Version, "address", node.Listener().Addr().String(), "inherited", succ.Inherited(),
 		"local", o.proxy.LocalAPIServer, "localFrom", o.localFrom, "peers", p.PeerCount(), "admin", o.adminAddr, "secureAdmin", o.secureAdmin)
-	return p.Serve(ctx, node.Listener(), node.Withdraw, &proxy.HandBack{Releasing: node.Releasing, Steered: node.Steers})
+	// Handed over, the steered socket is the successor's too: steering
+	// stays, only this process's connections end (gracefully).
+	withdraw := func() {
+		if !succ.HandedOver() {
+			node.Withdraw()
+		}
+	}
+	err = p.Serve(ctx, node.Listener(), withdraw, &proxy.HandBack{Releasing: node.Releasing, Steered: node.Steers})
+	if succ.HandedOver() && sig.Err() == nil {
+		// A rollout's successor serves: exiting now would have the
+		// kubelet restart this container, which would take the sockets
+		// back. The DaemonSet deletes this pod once the successor is
+		// ready.
+		log.Info("handed over to the successor; idle until stopped")
+		<-sig.Done()
+	}
+	return err
+}
+
+// handOverSocket is where this skewgate offers its sockets to a successor
+// and looks for a predecessor's: beside the state file (per node in the
+// lab, where nodes share a file system), or nowhere with --handover=false
+// or no state file.
+func (o *runOptions) handOverSocket() string {
+	if !o.handOver || o.proxy.StateFile == "" {
+		return ""
+	}
+	return strings.TrimSuffix(o.proxy.StateFile, filepath.Ext(o.proxy.StateFile)) + ".handover.sock"
 }
 
 // serveAdmin starts the admin listeners the flags ask for, until ctx ends.
-func serveAdmin(ctx context.Context, o *runOptions, p *proxy.Proxy, h http.Handler, log *slog.Logger) error {
+func serveAdmin(ctx context.Context, o *runOptions, p *proxy.Proxy, succ *agent.Succession, h http.Handler, log *slog.Logger) error {
+	listen := func(name string) admin.ListenFunc {
+		return func(addr string) (net.Listener, error) { return succ.Listen(name, addr) }
+	}
 	if o.secureAdmin != "" {
 		rc, err := p.ClusterConfig()
 		if err != nil {
@@ -253,12 +311,12 @@ func serveAdmin(ctx context.Context, o *runOptions, p *proxy.Proxy, h http.Handl
 		// down must not fail with it.
 		if _, err := admin.ServeSecure(ctx, admin.SecureOptions{Address: o.secureAdmin, CertFile: o.proxy.Certs.TLSCert,
 			KeyFile: o.proxy.Certs.TLSKey, ClientCAFile: o.proxy.Certs.ClientCA, Cluster: rc,
-			Peers: admin.PeerDelegates(rc, p.Members)}, h); err != nil {
+			Peers: admin.PeerDelegates(rc, p.Members), Listen: listen("secure-admin")}, h); err != nil {
 			return fmt.Errorf("--secure-admin-address: %w", err)
 		}
 	}
 	if o.adminAddr != "" {
-		srv, err := admin.Serve(o.adminAddr, h, log)
+		srv, err := admin.Serve(o.adminAddr, listen("admin"), h, log)
 		if err != nil {
 			return err
 		}

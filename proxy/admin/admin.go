@@ -64,10 +64,20 @@ func Handler(m *membership.Members, gather prometheus.Gatherer, o Options) http.
 	return mux
 }
 
+// ListenFunc opens a listener on addr: net.Listen's, or one that takes
+// the socket a predecessor handed over.
+type ListenFunc func(addr string) (net.Listener, error)
+
+func tcpListen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+
 // Serve serves h on addr until Close. The listener has no authentication:
-// a non-loopback addr is logged as a warning.
-func Serve(addr string, h http.Handler, log *slog.Logger) (*http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
+// a non-loopback addr is logged as a warning. listen opens it (nil:
+// net.Listen).
+func Serve(addr string, listen ListenFunc, h http.Handler, log *slog.Logger) (*http.Server, error) {
+	if listen == nil {
+		listen = tcpListen
+	}
+	ln, err := listen(addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-bind-address: %w", err)
 	}

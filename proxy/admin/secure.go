@@ -38,8 +38,9 @@ import (
 // kubelet probes reach anonymously, and system:masters.
 type SecureOptions struct {
 	// Address is host:port to listen on (an IPv6 host with or without
-	// brackets).
+	// brackets); Listen opens it (nil: net.Listen).
 	Address string
+	Listen  ListenFunc
 	// CertFile and KeyFile are the serving pair, reloaded when they change.
 	CertFile, KeyFile string
 	// ClientCAFile verifies callers' client certificates (optional).
@@ -126,7 +127,11 @@ func ServeSecure(ctx context.Context, o SecureOptions, h http.Handler) (*http.Se
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", hostPort(o.Address))
+	listen := o.Listen
+	if listen == nil {
+		listen = tcpListen
+	}
+	ln, err := listen(hostPort(o.Address))
 	if err != nil {
 		return nil, fmt.Errorf("secure admin listener: %w", err)
 	}

@@ -61,8 +61,24 @@ func TestDaemonSet(t *testing.T) {
 		time.Sleep(time.Second)
 		loop.Stop()
 		t.Logf("rollout %s → %s in %s; %s", images[0], images[1], rolled.Round(time.Millisecond), loop)
-		if loop.failed != 0 || loop.tried == 0 {
+		// The new pods take the old ones' sockets (--handover, maxSurge):
+		// not one connection reaches the apiserver past skewgate.
+		if loop.failed != 0 || loop.tried == 0 || loop.direct != 0 {
 			t.Errorf("rollout: %s", loop)
+		}
+	})
+	t.Run("pod deleted", func(t *testing.T) {
+		// An eviction, a drain, kubectl delete pod: the DaemonSet starts
+		// the replacement beside the terminating pod (maxSurge), which
+		// keeps serving until the replacement takes its sockets.
+		loop := startLoop(t, a.URL())
+		old := deleteNodePod(t, c, a)
+		replaced := waitReplaced(t, c, a, old, 2*time.Minute)
+		time.Sleep(time.Second)
+		loop.Stop()
+		t.Logf("%s's pod %s deleted, replacement ready and the old one gone in %s; %s", a.Name, old, replaced.Round(time.Millisecond), loop)
+		if loop.failed != 0 || loop.tried == 0 || loop.direct != 0 {
+			t.Errorf("pod deleted: %s", loop)
 		}
 	})
 	t.Run("prometheus", prometheusScrapes)

@@ -48,14 +48,16 @@ func waitNodeSteering(t *testing.T, n lab.Node, want bool, timeout time.Duration
 }
 
 // connLoop sends GET /version on a new connection to url, one after
-// another, until stopped; it counts failures (errors or non-200).
+// another, until stopped; it counts failures (errors or non-200) and the
+// answers the apiserver gave itself (no X-Skewgate-Route: the connection
+// was not steered, it fell open).
 type connLoop struct {
-	tried, failed int
-	examples      []string
-	start         time.Time
-	window        time.Duration
-	stop          chan struct{}
-	wg            sync.WaitGroup
+	tried, failed, direct int
+	examples              []string
+	start                 time.Time
+	window                time.Duration
+	stop                  chan struct{}
+	wg                    sync.WaitGroup
 }
 
 func startLoop(t *testing.T, url string) *connLoop {
@@ -70,8 +72,11 @@ func startLoop(t *testing.T, url string) *connLoop {
 				return
 			default:
 			}
-			code, _, err := labtest.Get(c, url+"/version")
+			code, route, err := labtest.Get(c, url+"/version")
 			l.tried++
+			if err == nil && route == "" {
+				l.direct++
+			}
 			if err != nil || code != http.StatusOK {
 				l.failed++
 				if len(l.examples) < 5 {
@@ -91,7 +96,7 @@ func (l *connLoop) Stop() {
 }
 
 func (l *connLoop) String() string {
-	return fmt.Sprintf("%d new connections in %s, %d failed %v", l.tried, l.window.Round(time.Millisecond), l.failed, l.examples)
+	return fmt.Sprintf("%d new connections in %s, %d failed %v, %d answered by the apiserver directly", l.tried, l.window.Round(time.Millisecond), l.failed, l.examples, l.direct)
 }
 
 // podRSS is the resident memory of node n's skewgate pod process.

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/skewgate/skewgate/lab"
 )
 
 const dsName, dsNamespace = "skewgate", "kube-system"
@@ -74,15 +76,21 @@ func podsReady(ctx context.Context, c kubernetes.Interface, tag string) bool {
 		return false
 	}
 	for _, p := range pods.Items {
-		ready := false
-		for _, c := range p.Status.Conditions {
-			ready = ready || (c.Type == "Ready" && c.Status == "True")
-		}
-		if !ready || p.DeletionTimestamp != nil || !strings.HasSuffix(p.Spec.Containers[0].Image, ":"+tag) {
+		if !podReady(&p) || !strings.HasSuffix(p.Spec.Containers[0].Image, ":"+tag) {
 			return false
 		}
 	}
 	return true
+}
+
+// podReady: its Ready condition is true and it is not terminating.
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == "Ready" && c.Status == "True" {
+			return p.DeletionTimestamp == nil
+		}
+	}
+	return false
 }
 
 func podsDetail(c kubernetes.Interface) string {
@@ -174,6 +182,42 @@ func deletePod(t *testing.T, c kubernetes.Interface, name string) {
 		select {
 		case <-ctx.Done():
 			t.Fatalf("pod %s still there a minute after its deletion: %v", name, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// deleteNodePod deletes node n's skewgate pod, as an eviction or a drain
+// would, and returns its name.
+func deleteNodePod(t *testing.T, c kubernetes.Interface, n lab.Node) string {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := c.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=skewgate", FieldSelector: "spec.nodeName=" + n.Name})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("%s's skewgate pod: %v (%d pods)", n.Name, err, len(pods.Items))
+	}
+	name := pods.Items[0].Name
+	if err := c.CoreV1().Pods(dsNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// waitReplaced waits until node n runs one skewgate pod, Ready, not old,
+// and old is gone; it returns how long that took.
+func waitReplaced(t *testing.T, c kubernetes.Interface, n lab.Node, old string, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for {
+		pods, err := c.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=skewgate", FieldSelector: "spec.nodeName=" + n.Name})
+		if err == nil && len(pods.Items) == 1 && pods.Items[0].Name != old && podReady(&pods.Items[0]) {
+			return time.Since(start)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s's skewgate pod %s not replaced in %s:\n%s", n.Name, old, timeout, podsDetail(c))
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
