@@ -394,32 +394,29 @@ func (s *Succession) HandedOver() bool { return s.handedOver.Load() }
 // maxSurge starts beside a deleted pod.
 func (s *Succession) Context(sig context.Context) context.Context {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(sig))
-	left := func() <-chan struct{} {
-		select {
-		case <-s.offered:
-			return s.offer.Left()
-		default:
-			return nil
-		}
-	}
 	go func() {
 		defer cancel()
 		select {
 		case <-s.offered:
+		case <-sig.Done():
 			select {
-			case <-s.offer.Left():
-				s.handedOver.Store(true)
-				return
-			case <-sig.Done():
+			case <-s.offered:
+			default:
+				return // still starting: nothing offered, nobody to wait for
 			}
+		}
+		select {
+		case <-s.offer.Left():
+			s.handedOver.Store(true)
+			return
 		case <-sig.Done():
 		}
-		if s.path == "" || s.wait <= 0 {
+		if s.wait <= 0 {
 			return
 		}
 		s.log.Info("stopping: waiting for a successor to take the listening sockets", "wait", s.wait)
 		select {
-		case <-left():
+		case <-s.offer.Left():
 			s.handedOver.Store(true)
 		case <-time.After(s.wait):
 			s.log.Info("stopping: no successor came; steering is withdrawn")
