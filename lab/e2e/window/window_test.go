@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -222,6 +223,25 @@ func TestAutoMode(t *testing.T) {
 
 	t.Run("routine events open no window", func(t *testing.T) {
 		watch := watchStandby(t, "node-a")
+		// Clients of node-a's address throughout, on kept HTTP/2 and
+		// HTTP/1.1 connections and on a new connection each time: none may
+		// fail or be reset (node-a's apiserver stays up; skewgate, in
+		// standby, must not touch them), and no request may take a server
+		// out of skewgate's routing.
+		blamed := logCount(t, "skewgate-node-a", "apiserver unhealthy: connection failed")
+		clients := []*kept{keptClient(t, "node-a", true), keptClient(t, "node-a", false), freshClient(t, "node-a")}
+		defer func() {
+			for i, c := range clients {
+				n, fails := c.stop()
+				t.Logf("client %d of node-a's address through the routine events: %d requests, %d failed", i, n, fails)
+				if fails > 0 || n == 0 {
+					t.Errorf("client %d of node-a's address: %d of %d requests failed through the routine events", i, fails, n)
+				}
+			}
+			if n := logCount(t, "skewgate-node-a", "apiserver unhealthy: connection failed") - blamed; n > 0 {
+				t.Errorf("%d requests took a server out of node-a's skewgate's routing", n)
+			}
+		}()
 		// A peer restarted on its own version (a certificate renewal).
 		if err := plane.StopNode("node-b"); err != nil {
 			t.Fatal(err)
@@ -438,12 +458,38 @@ type kept struct {
 
 func keptClient(t *testing.T, name string, h2 bool) *kept {
 	t.Helper()
-	n, _ := plane.Node(name)
 	c, err := plane.PKI.HTTPClient(plane.PKI.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Transport.(*http.Transport).ForceAttemptHTTP2 = h2
+	return loopClient(t, name, c)
+}
+
+// freshClient is keptClient on a new connection for every request.
+func freshClient(t *testing.T, name string) *kept {
+	t.Helper()
+	c, err := plane.PKI.HTTPClient(plane.PKI.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Transport.(*http.Transport).DisableKeepAlives = true
+	return loopClient(t, name, c)
+}
+
+// logCount counts the lines of the lab process name's log that contain s.
+func logCount(t *testing.T, name, s string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(plane.Dir, "logs", name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), s)
+}
+
+func loopClient(t *testing.T, name string, c *http.Client) *kept {
+	t.Helper()
+	n, _ := plane.Node(name)
 	k := &kept{done: make(chan struct{}), stopped: make(chan struct{})}
 	go func() {
 		defer close(k.stopped)
