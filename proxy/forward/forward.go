@@ -344,8 +344,15 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 	if refused != nil {
 		return f.answer(refused, refusedBy, nil), nil
 	}
+	if sent && !f.retry {
+		errs = append(errs, errMayHaveProcessed)
+	}
 	return nil, &forwardError{errors.Join(errs...)}
 }
+
+// errMayHaveProcessed marks a write whose bytes may have reached a server
+// before its exchange failed: see MayHaveProcessed.
+var errMayHaveProcessed = errors.New("the apiserver may have processed the request")
 
 // answer is b's resp, once nothing else will be tried.
 func (f *failover) answer(resp *http.Response, b *Backend, refused *http.Response) *http.Response {
@@ -374,7 +381,9 @@ type forwardError struct{ err error }
 func (e *forwardError) Error() string { return "forward: " + e.err.Error() }
 func (e *forwardError) Unwrap() error { return e.err }
 
-// responder answers every failure to reach an apiserver with a 503 Status.
+// responder answers every failure to reach an apiserver with a 503 Status,
+// but a write that may have reached it with a 502 without Retry-After:
+// see MayHaveProcessed.
 type responder struct{ show bool }
 
 // Unreachable is the 503 message for callers not shown errors.
@@ -386,6 +395,10 @@ func (rs responder) Error(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if ce := (*CallerError)(nil); errors.As(err, &ce) {
 		RefuseCaller(w, r, ce)
+		return
+	}
+	if errors.Is(err, errMayHaveProcessed) {
+		MayHaveProcessed(w, r)
 		return
 	}
 	if !rs.show {

@@ -145,6 +145,24 @@ func TestWriteIsNeverSentTwice(t *testing.T) {
 	if resetHits.Load() != 1 || up.hits.Load() != 0 {
 		t.Fatalf("a write that reached a server: sent there %d times, to the next %d times; want 1 and 0", resetHits.Load(), up.hits.Load())
 	}
+	// Bug (make scale: 55 creates answered 409 "already exists"): the
+	// answer was a 503 with Retry-After, which client-go takes as "not
+	// processed" and sends again — a create the server had taken then
+	// failed with 409. The caller is told the server may have processed
+	// it, without Retry-After, as a broken connection would tell it.
+	if w.Code != http.StatusBadGateway || w.Header().Get("Retry-After") != "" || w.Header().Get(HeaderServer) != "skewgate" {
+		t.Fatalf("a write that may have been processed: %d Retry-After=%q server=%q, want 502 without Retry-After from skewgate",
+			w.Code, w.Header().Get("Retry-After"), w.Header().Get(HeaderServer))
+	}
+	var st metav1.Status
+	if err := runtime.DecodeInto(statusCodecs.UniversalDecoder(), w.Body.Bytes(), &st); err != nil || st.Code != http.StatusBadGateway ||
+		!strings.Contains(st.Message, "may have processed") || st.Details != nil && st.Details.RetryAfterSeconds != 0 {
+		t.Fatalf("Status %+v (%v)", st, err)
+	}
+	// A read on such a connection is safe to send again: 503, retry.
+	w = httptest.NewRecorder()
+	Forward(w, httptest.NewRequest(http.MethodGet, "/apis/g/v/namespaces/n/rs", nil),
+		Request{Candidates: []*Backend{backendFor(t, "reset", reset, trustFor(t, reset))}, Idempotent: true})
 	assertUnavailable(t, w)
 }
 

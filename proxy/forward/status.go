@@ -33,6 +33,20 @@ func Unavailable(w http.ResponseWriter, r *http.Request, msg string) {
 	Error(w, r, err)
 }
 
+// MayHaveProcessed answers a write whose exchange with the apiserver
+// broke after its bytes may have reached it: 502, a Status that says so,
+// and no Retry-After. A 503 with Retry-After tells client-go the request
+// was not processed, and it sends it again — a create the server had
+// taken then fails with 409 "already exists". The caller learns what a
+// broken connection would have told it on the direct path.
+func MayHaveProcessed(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set(HeaderRoute, "unavailable")
+	w.Header().Set(HeaderServer, "skewgate")
+	Error(w, r, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusBadGateway,
+		Reason:  metav1.StatusReasonInternalError,
+		Message: "the connection to the apiserver broke after this request was sent: the apiserver may have processed it; skewgate does not send it again"}})
+}
+
 // TooMany answers 429 TooManyRequests as a Status with Retry-After: the
 // server chosen for the request has as many in flight as skewgate sends it.
 func TooMany(w http.ResponseWriter, r *http.Request, server string) {
