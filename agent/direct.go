@@ -51,17 +51,11 @@ func (n *Node) Direct() ([]Direct, error) {
 	if len(out) == 0 {
 		return nil, nil
 	}
-	own, err := ownSocketInodes()
+	skip, err := n.notDirect()
 	if err != nil {
 		return out, err
 	}
-	peers := map[netip.Addr]bool{}
-	if n.cfg.PeerAddrs != nil {
-		for _, a := range n.cfg.PeerAddrs() {
-			peers[a.Unmap()] = true
-		}
-	}
-	counts, err := countDirect(func(remote netip.AddrPort, inode uint32) bool { return peers[remote.Addr()] || own[uint64(inode)] })
+	counts, err := countDirect(skip)
 	for i := range out {
 		out[i].Connections = counts[out[i].Address]
 	}
@@ -71,13 +65,7 @@ func (n *Node) Direct() ([]Direct, error) {
 // addresses are the steered targets, then every address the apiserver
 // serves that is not one of them.
 func (n *Node) addresses() []Direct {
-	n.mu.Lock()
-	st := n.st
-	n.mu.Unlock()
-	targets := n.target.All
-	if st != nil {
-		targets = st.Targets()
-	}
+	targets := n.steeredTargets()
 	var out []Direct
 	for _, t := range targets {
 		out = append(out, Direct{Address: t, Steered: true})
@@ -157,4 +145,34 @@ func directStatus(list []Direct) string {
 		s[i] = d.String()
 	}
 	return strings.Join(s, " ")
+}
+
+// steeredTargets are the addresses steering holds now (the configured
+// ones before it is installed).
+func (n *Node) steeredTargets() []netip.AddrPort {
+	n.mu.Lock()
+	st := n.st
+	n.mu.Unlock()
+	if st != nil {
+		return st.Targets()
+	}
+	return n.target.All
+}
+
+// notDirect tells the connections on the apiserver's addresses that it did
+// not take from a client itself: skewgate's own sockets (a steered
+// connection has the target as its local address too) and peer
+// apiservers' (their skewgates' forwarded requests).
+func (n *Node) notDirect() (func(remote netip.AddrPort, inode uint32) bool, error) {
+	own, err := ownSocketInodes()
+	if err != nil {
+		return nil, err
+	}
+	peers := map[netip.Addr]bool{}
+	if n.cfg.PeerAddrs != nil {
+		for _, a := range n.cfg.PeerAddrs() {
+			peers[a.Unmap()] = true
+		}
+	}
+	return func(remote netip.AddrPort, inode uint32) bool { return peers[remote.Addr()] || own[uint64(inode)] }, nil
 }

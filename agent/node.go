@@ -370,24 +370,11 @@ func (n *Node) resetDirect(ctx context.Context) {
 
 // sweepDirect is one pass of resetDirect over the current targets.
 func (n *Node) sweepDirect(ctx context.Context) (sweep, error) {
-	n.mu.Lock()
-	st := n.st
-	n.mu.Unlock()
-	targets := n.target.All
-	if st != nil {
-		targets = st.Targets()
-	}
-	peers := map[netip.Addr]bool{}
-	if n.cfg.PeerAddrs != nil {
-		for _, a := range n.cfg.PeerAddrs() {
-			peers[a.Unmap()] = true
-		}
-	}
-	own, err := ownSocketInodes()
+	skip, err := n.notDirect()
 	if err != nil {
 		return sweep{}, err
 	}
-	return resetDirect(ctx, targets, resetIdle, func(a netip.AddrPort, inode uint32) bool { return peers[a.Addr()] || own[uint64(inode)] })
+	return resetDirect(ctx, n.steeredTargets(), resetIdle, skip)
 }
 
 // listenerAddr is where a direct probe reaches the listener: its own
