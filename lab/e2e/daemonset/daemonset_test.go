@@ -52,6 +52,7 @@ func TestDaemonSet(t *testing.T) {
 	t.Run("false404", func(t *testing.T) { falseFourOhFour(t, a) })
 	t.Run("renew", func(t *testing.T) { renew(t, a) })
 	t.Run("rollout", func(t *testing.T) {
+		logs := keepPodLogs()
 		loop := startLoop(t, a.URL())
 		t1 := time.Now()
 		setImage(t, c, images[1])
@@ -63,22 +64,25 @@ func TestDaemonSet(t *testing.T) {
 		t.Logf("rollout %s → %s in %s; %s", images[0], images[1], rolled.Round(time.Millisecond), loop)
 		// The new pods take the old ones' sockets (--handover, maxSurge):
 		// not one connection reaches the apiserver past skewgate.
+		kept := logs.Stop(40)
 		if loop.failed != 0 || loop.tried == 0 || loop.direct != 0 {
-			t.Errorf("rollout: %s", loop)
+			t.Errorf("rollout: %s\n%s", loop, kept)
 		}
 	})
 	t.Run("pod deleted", func(t *testing.T) {
 		// An eviction, a drain, kubectl delete pod: the DaemonSet starts
 		// the replacement beside the terminating pod (maxSurge), which
 		// keeps serving until the replacement takes its sockets.
+		logs := keepPodLogs()
 		loop := startLoop(t, a.URL())
 		old := deleteNodePod(t, c, a)
 		replaced := waitReplaced(t, c, a, old, 2*time.Minute)
 		time.Sleep(time.Second)
 		loop.Stop()
 		t.Logf("%s's pod %s deleted, replacement ready and the old one gone in %s; %s", a.Name, old, replaced.Round(time.Millisecond), loop)
+		kept := logs.Stop(40)
 		if loop.failed != 0 || loop.tried == 0 || loop.direct != 0 {
-			t.Errorf("pod deleted: %s", loop)
+			t.Errorf("pod deleted: %s\n%s", loop, kept)
 		}
 	})
 	t.Run("prometheus", prometheusScrapes)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,7 +81,7 @@ func startLoop(t *testing.T, url string) *connLoop {
 			if err != nil || code != http.StatusOK {
 				l.failed++
 				if len(l.examples) < 5 {
-					l.examples = append(l.examples, fmt.Sprintf("%s: %d %v", time.Since(l.start).Round(time.Millisecond), code, err))
+					l.examples = append(l.examples, fmt.Sprintf("%s (%s): %d %v", time.Since(l.start).Round(time.Millisecond), time.Now().UTC().Format("15:04:05.000"), code, err))
 				}
 			}
 			time.Sleep(5 * time.Millisecond)
@@ -205,4 +206,49 @@ func bpfIDsAlive(t *testing.T, kind string, ids map[int]bool) []int {
 		}
 	}
 	return alive
+}
+
+// podLogKeeper copies every skewgate pod's log on every node while it
+// runs, so the logs of pods deleted meanwhile can be shown (the kubelet
+// removes them with the pod).
+type podLogKeeper struct {
+	stop chan struct{}
+	done chan struct{}
+	logs map[string][]byte
+}
+
+func keepPodLogs() *podLogKeeper {
+	k := &podLogKeeper{stop: make(chan struct{}), done: make(chan struct{}), logs: map[string][]byte{}}
+	go func() {
+		defer close(k.done)
+		for {
+			for _, n := range plane.Spec.Nodes {
+				files, _ := filepath.Glob(filepath.Join(plane.Dir, "nodes", n.Name, "log", "pods", "kube-system_skewgate-*", "skewgate", "*.log"))
+				for _, f := range files {
+					if b, err := os.ReadFile(f); err == nil && len(b) >= len(k.logs[f]) {
+						k.logs[f] = b
+					}
+				}
+			}
+			select {
+			case <-k.stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return k
+}
+
+// Stop ends the copying and returns every log kept, the last lines of
+// each.
+func (k *podLogKeeper) Stop(lines int) string {
+	close(k.stop)
+	<-k.done
+	var out strings.Builder
+	for f, b := range k.logs {
+		all := strings.Split(strings.TrimSpace(string(b)), "\n")
+		fmt.Fprintf(&out, "--- %s (last %d lines) ---\n%s\n", strings.TrimPrefix(f, plane.Dir), lines, strings.Join(all[max(0, len(all)-lines):], "\n"))
+	}
+	return out.String()
 }
