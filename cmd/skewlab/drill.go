@@ -71,6 +71,7 @@ func newDrillCmd() *cobra.Command {
 	f.StringVar(&report, "report", report, "where the markdown report goes (default docs/upgrade-drill.md, for another pair than the default docs/upgrade-drill-<to's minor>.md)")
 	f.StringVar(&o.OutDir, "images", "", "where the report's PNGs go (default docs/drill, for another pair docs/drill/<to's minor>)")
 	f.StringVar(&o.Prometheus, "prometheus", "", "prometheus binary (default: from $PATH)")
+	f.BoolVar(&o.KeepFailed, "keep-failed", false, "leave a failed mode's plane up, logs and node files included, and stop there (skewlab down --dir removes it)")
 	return cmd
 }
 

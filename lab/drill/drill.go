@@ -80,7 +80,11 @@ type Options struct {
 	// appended to the DaemonSet's.
 	SkewgateArgs []string
 	Settle       time.Duration
-	Progress     io.Writer
+	// KeepFailed leaves a mode's plane up when the mode fails, its logs
+	// and node files there to read (`skewlab down --dir` removes it), and
+	// runs no further mode.
+	KeepFailed bool
+	Progress   io.Writer
 	// Build names what was measured, as the report says it (e.g.
 	// skewgate's version).
 	Build string
@@ -191,7 +195,7 @@ type step struct {
 	kubelet             bool // the node's kubelet, not its control plane
 }
 
-func runMode(ctx context.Context, o Options, mode string) (*Result, error) {
+func runMode(ctx context.Context, o Options, mode string) (_ *Result, err error) {
 	from, to := o.pair.From, o.pair.To
 	spec, err := lab.ParseNodes("node-a=" + from + ",node-b=" + from + ",node-c=" + from)
 	if err != nil {
@@ -211,6 +215,10 @@ func runMode(ctx context.Context, o Options, mode string) (*Result, error) {
 		return nil, err
 	}
 	defer func() {
+		if err != nil && o.KeepFailed {
+			fmt.Fprintf(o.Progress, "drill: %s failed; its plane is left up in %s (skewlab down --dir %s)\n", mode, o.Dir, o.Dir)
+			return
+		}
 		if err := lab.Down(o.Dir); err != nil {
 			fmt.Fprintf(o.Progress, "drill: lab down: %v\n", err)
 		}

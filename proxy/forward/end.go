@@ -18,11 +18,11 @@ import (
 // closed mid-chunk), which clients report as an error.
 //
 // Only the watch encodings whose framing is known are wrapped: JSON (one
-// object per line) and protobuf (length-prefixed). Others end when their
-// server ends them.
+// object per line) and protobuf (length-prefixed), and only as plain
+// bytes (see plainEvents). Others end when their server ends them.
 func endAt(end <-chan struct{}) func(*http.Response) error {
 	return func(resp *http.Response) error {
-		if resp.StatusCode != http.StatusOK {
+		if resp.StatusCode != http.StatusOK || !identityEncoded(resp.Header) {
 			return nil
 		}
 		split := splitterFor(resp.Header.Get("Content-Type"))
@@ -32,6 +32,23 @@ func endAt(end <-chan struct{}) func(*http.Response) error {
 		resp.Body = newFramedBody(resp.Body, end, split)
 		return nil
 	}
+}
+
+// plainEvents asks the server for a watch whose events endAt can find:
+// without the client's Accept-Encoding, Go's transport asks for gzip
+// itself and hands the answer on decompressed. kube-apiserver 1.37
+// compresses a watch's answer for a client that accepts gzip, as every
+// client-go client does; split as it came, the compressed stream has no
+// event boundaries, and events were held back for good (a kubelet's
+// informers never synced through skewgate, so it never replaced its
+// static pods).
+func plainEvents(out *http.Request) { out.Header.Del("Accept-Encoding") }
+
+// identityEncoded reports whether an answer's body is its events as the
+// server encoded them, not compressed.
+func identityEncoded(h http.Header) bool {
+	ce := h.Get("Content-Encoding")
+	return ce == "" || ce == "identity"
 }
 
 // splitterFor returns how to find whole events in a watch stream of

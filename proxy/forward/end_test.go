@@ -2,6 +2,7 @@ package forward
 
 import (
 	"bufio"
+	"compress/gzip"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -68,6 +69,94 @@ func TestEndEndsAWatchBetweenEvents(t *testing.T) {
 		}
 		resp.Body.Close()
 		front.Close()
+	}
+}
+
+// gzipWatchUpstream streams two whole JSON events and waits, compressed
+// when the request accepts gzip, as kube-apiserver 1.37 answers watches;
+// it records the Accept-Encoding it was asked with.
+func gzipWatchUpstream(t *testing.T, asked chan<- string) *httptest.Server {
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked <- r.Header.Get("Accept-Encoding")
+		w.Header().Set("Content-Type", "application/json")
+		var out io.Writer = w
+		flush := w.(http.Flusher).Flush
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			defer zw.Close()
+			out = zw
+			flush = func() { zw.Flush(); w.(http.Flusher).Flush() }
+		}
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(out, `{"type":"ADDED","object":{"metadata":{"resourceVersion":"1"}}}`+"\n")
+		io.WriteString(out, `{"type":"ADDED","object":{"metadata":{"resourceVersion":"2"}}}`+"\n")
+		flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(up.Close)
+	return up
+}
+
+// A client that accepts gzip (client-go, through Go's transport) gets a
+// watch's events as the server sends them, not held back because the
+// server compressed them: skewgate asks for the events in a form it can
+// split and still ends the watch cleanly.
+func TestEndWatchOfAClientThatAcceptsGzip(t *testing.T) {
+	asked := make(chan string, 1)
+	up := gzipWatchUpstream(t, asked)
+	b := backendFor(t, "b", up, trustFor(t, up))
+	end := make(chan struct{})
+	front := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		Forward(w, r, Request{Candidates: []*Backend{b}, Idempotent: true, LongRunning: true, End: end})
+	}))
+	front.EnableHTTP2 = true
+	front.StartTLS()
+	defer front.Close()
+	c := front.Client()
+	c.Timeout = 10 * time.Second
+	req, _ := http.NewRequest(http.MethodGet, front.URL+"/api/v1/nodes?watch=true&sendInitialEvents=true", nil)
+	req.Header.Set("Accept-Encoding", "gzip") // on the wire, as Go's transport sends it for client-go
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if got := <-asked; got != "gzip" {
+		t.Errorf("the server was asked with Accept-Encoding %q, want gzip from skewgate's transport", got)
+	}
+	var body io.Reader = resp.Body
+	if resp.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = zr
+	}
+	rd := bufio.NewReader(body)
+	for i := range 2 {
+		line, err := rd.ReadString('\n')
+		if err != nil || !strings.Contains(line, `"resourceVersion"`) {
+			t.Fatalf("event %d: %q %v (held back?)", i, line, err)
+		}
+	}
+	close(end)
+	if rest, err := io.ReadAll(rd); err != nil || len(rest) != 0 {
+		t.Errorf("after the end: read %q, %v; want a clean end", rest, err)
+	}
+}
+
+// A compressed answer is passed on as it is: its bytes hold no event
+// boundaries to wait for.
+func TestEndAtLeavesCompressedAnswers(t *testing.T) {
+	body := io.NopCloser(strings.NewReader("\x1f\x8b compressed"))
+	resp := &http.Response{StatusCode: http.StatusOK, Body: body, Header: http.Header{
+		"Content-Type": {"application/json"}, "Content-Encoding": {"gzip"}}}
+	if err := endAt(make(chan struct{}))(resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Body != body {
+		t.Error("a gzip answer was split into events")
 	}
 }
 

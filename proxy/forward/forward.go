@@ -161,6 +161,8 @@ func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
 	if !upgrade {
 		pp := plainProxy(&loc, rt, responder{show: fr.ShowErrors}, fr.LongRunning)
 		if fr.End != nil {
+			rewrite := pp.Rewrite
+			pp.Rewrite = func(pr *httputil.ProxyRequest) { rewrite(pr); plainEvents(pr.Out) }
 			pp.ModifyResponse = endAt(fr.End)
 		}
 		pp.ServeHTTP(w, r)
