@@ -84,9 +84,11 @@ func shippedMemoryLimit(b testing.TB) int64 {
 
 // scaleEvent is one restart of node-a's apiserver in the run.
 type scaleEvent struct {
-	kind       string // graceful, crash
-	at, ready  time.Time
-	readyAfter time.Duration
+	kind string // graceful, crash
+	// at is when the stop began, stopped when it returned (for a crash:
+	// the process is dead), ready when node-a was ready again.
+	at, stopped, ready time.Time
+	readyAfter         time.Duration
 }
 
 // BenchmarkScale is `make scale` (issue 23): SCALE_WATCHES real client-go
@@ -243,6 +245,7 @@ func restartNodeA(b *testing.B, phase time.Duration) []scaleEvent {
 		if err := stop("node-a"); err != nil {
 			b.Fatal(err)
 		}
+		e.stopped = time.Now()
 		if err := plane.StartNode(context.Background(), "node-a", 120*time.Second); err != nil {
 			b.Fatal(err)
 		}
@@ -350,7 +353,8 @@ type scaleSide struct {
 }
 
 // summarize counts a side's outcome: a failure in flight at the crash
-// (sent before the SIGKILL, answered after it) is counted apart; a watch
+// (sent before the killed process was dead, answered after the SIGKILL)
+// is counted apart; a watch
 // is lost when its reflector listed again, missed a version, or does not
 // hold the object's last version once the load has ended.
 func summarize(ctx context.Context, b testing.TB, p *scalePath, oracle *kubernetes.Clientset, events []scaleEvent) scaleSide {
@@ -360,7 +364,9 @@ func summarize(ctx context.Context, b testing.TB, p *scalePath, oracle *kubernet
 		s.sent++
 		if r.err != nil {
 			s.failed++
-			if slices.ContainsFunc(events, func(e scaleEvent) bool { return e.kind == "crash" && r.start.Before(e.at) && r.end.After(e.at) }) {
+			// Sent before the process was dead, answered after the kill
+			// began: a request the crash may have taken.
+			if slices.ContainsFunc(events, func(e scaleEvent) bool { return e.kind == "crash" && r.start.Before(e.stopped) && r.end.After(e.at) }) {
 				s.failedCrash++
 			} else if len(s.firstFailures) < 5 {
 				s.firstFailures = append(s.firstFailures, fmt.Sprintf("%s at %s: %v", r.kind, r.start.Format("15:04:05.000"), r.err))
