@@ -141,6 +141,7 @@ func (s *server) observe(rtt time.Duration, err error, at time.Time) bool {
 	defer s.noteTransition(was, at)
 	if errors.Is(err, errSlow) && s.healthy && at.Sub(s.lastAnswer) < slowGrace {
 		s.lastErr = err // slow, not out: see slowGrace
+		s.sample(rtt)   // and slow: peers that answer sooner are preferred
 		return false
 	}
 	if err != nil {
@@ -161,12 +162,17 @@ func (s *server) observe(rtt time.Duration, err error, at time.Time) bool {
 		// across restarts too: no renewal while it is not a member.
 		s.lastHealthy = at
 	}
+	s.sample(rtt)
+	return was != s.healthy
+}
+
+// sample adds one round trip to the moving average; s.mu is held.
+func (s *server) sample(rtt time.Duration) {
 	if s.latency == 0 {
 		s.latency = rtt
 	} else {
 		s.latency = time.Duration(latencyWeight*float64(rtt) + (1-latencyWeight)*float64(s.latency))
 	}
-	return was != s.healthy
 }
 
 // connFailed takes the server out of routing at once: a refused or timed
