@@ -219,15 +219,7 @@ func TestWindowOpensForUpgradesOnly(t *testing.T) {
 // etcd stall steered node-a for half a second.
 func TestLocalAwayNeedsAHealthyPeer(t *testing.T) {
 	clock := time.Now()
-	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
-	const b = "10.0.0.2:6443"
-	m, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u(b)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.now = func() time.Time { return clock }
-	healthy(m, m.localID, &discovery.Doc{}, clock)
-	healthy(m, b, &discovery.Doc{}, clock)
+	m, b := localAndPeer(t, &clock)
 	if why := m.LocalAway(); why != "" {
 		t.Errorf("both healthy: %q", why)
 	}
@@ -260,15 +252,7 @@ func TestLocalAwayNeedsAHealthyPeer(t *testing.T) {
 // instant.
 func TestLocalAwayJudgesThePeerAfterTheLocalWentDown(t *testing.T) {
 	clock := time.Now()
-	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
-	const b = "10.0.0.2:6443"
-	m, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u(b)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.now = func() time.Time { return clock }
-	healthy(m, m.localID, &discovery.Doc{}, clock)
-	healthy(m, b, &discovery.Doc{}, clock)
+	m, b := localAndPeer(t, &clock)
 	probe := func(id string, err error) {
 		m.servers[id].observe(time.Millisecond, err, clock)
 		m.publish()
@@ -309,4 +293,20 @@ func TestLocalAwayJudgesThePeerAfterTheLocalWentDown(t *testing.T) {
 	if why := m.LocalAway(); why == "" {
 		t.Error("the peer passed a probe after the local server went down: not steering to it")
 	}
+}
+
+// localAndPeer is a local server and one peer, b, both healthy at *clock,
+// which is the members' clock.
+func localAndPeer(t *testing.T, clock *time.Time) (m *Members, b string) {
+	t.Helper()
+	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
+	b = "10.0.0.2:6443"
+	m, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u(b)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.now = func() time.Time { return *clock }
+	healthy(m, m.localID, &discovery.Doc{}, *clock)
+	healthy(m, b, &discovery.Doc{}, *clock)
+	return m, b
 }
