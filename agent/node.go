@@ -93,14 +93,12 @@ func Listen(addr string, cfg NodeConfig, reg prometheus.Registerer) (*Node, erro
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	ln := cfg.Inherited
+	ln, err := cfg.Inherited, error(nil)
 	if ln == nil {
-		var err error
 		if ln, err = NewListener(addr); err != nil {
 			return nil, fmt.Errorf("--bind-address/--secure-port: %w", err)
 		}
 	}
-	var err error
 	n := &Node{cfg: cfg, ln: ln, reason: "disabled: --steering=false", engaged: make(chan struct{})}
 	if !cfg.Steering {
 		return n, nil
