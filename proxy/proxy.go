@@ -215,11 +215,11 @@ func (p *Proxy) Start(ctx context.Context) error {
 // Serve serves clients on ln until ctx ends, then saves the state file.
 // withdraw, if set, runs first when ctx ends: it stops new connections
 // from reaching ln (steering), so none is left in ln's accept queue when
-// it closes.
+// it closes (see TLS.Withdraw).
 //
 // hb, if set, hands steered connections back once steering is no longer
 // wanted (see HandBack).
-func (p *Proxy) Serve(ctx context.Context, ln net.Listener, withdraw func(), hb *HandBack) error {
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener, withdraw func() (queued bool), hb *HandBack) error {
 	t, err := p.cfg.tls()
 	if err != nil {
 		return err

@@ -29,9 +29,13 @@ type TLS struct {
 	// (kube-apiserver's --http2-max-streams-per-connection).
 	MaxStreams int
 	// Withdraw, if set, runs when the server is to stop, before the
-	// listener closes: new connections stop coming, and those already
-	// queued are accepted and served (a closing listener resets them).
-	Withdraw func()
+	// listener closes: new connections stop coming, and if it reports
+	// that connections may still sit in the listener's queue, those are
+	// accepted and served first (a closing listener resets them). A
+	// listener handed over to a successor is still open there: nothing
+	// to wait for, and closing it at once leaves every new connection to
+	// the successor.
+	Withdraw func() (queued bool)
 	// EndLongRunning, if set, runs as the server shuts down: watches end
 	// instead of holding the shutdown until its timeout.
 	EndLongRunning func()
@@ -88,8 +92,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, t TLS) error {
 		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
-	if t.Withdraw != nil {
-		t.Withdraw()
+	if t.Withdraw != nil && t.Withdraw() {
 		time.Sleep(drainQueue) // the accept loop takes what was queued
 	}
 	if t.EndLongRunning != nil {

@@ -267,11 +267,14 @@ func run(ctx context.Context, o *runOptions) error {
 	log.Info("serving", "version", buildVersion().Version, "address", node.Listener().Addr().String(), "inherited", succ.Inherited(),
 		"local", o.proxy.LocalAPIServer, "localFrom", o.localFrom, "peers", p.PeerCount(), "admin", o.adminAddr, "secureAdmin", o.secureAdmin)
 	// Handed over, the steered socket is the successor's too: steering
-	// stays, only this process's connections end (gracefully).
-	withdraw := func() {
-		if !succ.HandedOver() {
-			node.Withdraw()
+	// stays, this process stops accepting at once (the successor accepts
+	// from the same queue) and only its own connections end, gracefully.
+	withdraw := func() (queued bool) {
+		if succ.HandedOver() {
+			return false
 		}
+		node.Withdraw()
+		return true
 	}
 	err = p.Serve(ctx, node.Listener(), withdraw, &proxy.HandBack{Releasing: node.Releasing, Steered: node.Steers})
 	if succ.HandedOver() && sig.Err() == nil {
