@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+
+	"github.com/skewgate/skewgate/proxy/drain"
 )
 
 // TLS is the client-facing TLS material; both reload when their files
@@ -72,28 +73,21 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, t TLS) error {
 	t.ClientCAs.AddListener(ctrl)
 	go ctrl.Run(1, ctx.Done())
 
-	fresh := &firstRequests{waiting: map[net.Conn]bool{}}
 	srv := &http.Server{
-		Handler:           fresh.handler(h),
+		Handler:           h,
 		TLSConfig:         &tls.Config{GetConfigForClient: ctrl.GetConfigForClient, NextProtos: base.NextProtos},
 		ReadHeaderTimeout: 30 * time.Second,
 		// An idle connection is closed, so no verdict on a client
 		// certificate outlives its use for long.
 		IdleTimeout:    90 * time.Second,
 		MaxHeaderBytes: FrontHeaderBytes,
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(withConnVerdict(ctx, c), connKey{}, c)
-		},
-		ConnState: func(c net.Conn, st http.ConnState) {
-			fresh.connState(c, st)
-			if t.ConnState != nil {
-				t.ConnState(c, st)
-			}
-		},
+		ConnContext:    withConnVerdict,
+		ConnState:      t.ConnState,
 	}
 	if t.MaxStreams > 0 {
 		srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: t.MaxStreams}
 	}
+	tracked := drain.Track(srv)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	select {
@@ -104,88 +98,14 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, t TLS) error {
 	if t.Withdraw != nil && t.Withdraw() {
 		time.Sleep(drainQueue) // the accept loop takes what was queued
 	}
-	// Every connection accepted is answered: none is taken from now on,
-	// each answer closes its connection, and each connection taken
-	// brings its first request in before the shutdown begins (see
-	// firstRequests).
-	ln.Close()
-	srv.SetKeepAlivesEnabled(false)
-	fresh.wait(firstRequestWait)
 	if t.EndLongRunning != nil {
 		srv.RegisterOnShutdown(t.EndLongRunning)
 	}
+	// Every connection accepted is answered (see drain).
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if err := tracked.Stop(sctx, ln); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	return nil
-}
-
-// firstRequestWait bounds how long a stopping server waits for the
-// connections it accepted to send their first request: as long as Go's
-// server spares a new connection from closing as idle.
-const firstRequestWait = 5 * time.Second
-
-// connKey is the context key of a request's client connection.
-type connKey struct{}
-
-// firstRequests are the client connections accepted whose first request
-// has not reached the handler yet. Go's server drops, without an answer,
-// an HTTP/1.1 request it reads once its shutdown has begun (net/http,
-// conn.serve): a client that connected just before would see EOF. So a
-// stopping server closes its listener, waits for these to bring their
-// request in, and only then shuts down. An HTTP/2 connection needs no
-// wait: the shutdown's GOAWAY tells its client which streams were not
-// taken, and the client sends those again.
-type firstRequests struct {
-	mu      sync.Mutex
-	waiting map[net.Conn]bool
-}
-
-func (f *firstRequests) connState(c net.Conn, st http.ConnState) {
-	switch {
-	case st == http.StateNew:
-		f.mu.Lock()
-		f.waiting[c] = true
-		f.mu.Unlock()
-	case st == http.StateClosed || st == http.StateHijacked || isHTTP2(c):
-		f.done(c)
-	}
-}
-
-func (f *firstRequests) done(c net.Conn) {
-	f.mu.Lock()
-	delete(f.waiting, c)
-	f.mu.Unlock()
-}
-
-// handler notes each request's connection as served before h serves it.
-func (f *firstRequests) handler(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
-			f.done(c)
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-// wait returns once every connection accepted brought its first request,
-// or after max.
-func (f *firstRequests) wait(max time.Duration) {
-	deadline := time.Now().Add(max)
-	for time.Now().Before(deadline) {
-		f.mu.Lock()
-		n := len(f.waiting)
-		f.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func isHTTP2(c net.Conn) bool {
-	tc, ok := c.(*tls.Conn)
-	return ok && tc.ConnectionState().NegotiatedProtocol == "h2"
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 
 	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/proxy/drain"
 )
 
 // TestShutdownAnswersAcceptedConnections: a connection the server accepted
@@ -82,8 +83,8 @@ func TestShutdownAnswersAcceptedConnections(t *testing.T) {
 		if err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-	case <-time.After(firstRequestWait + 10*time.Second):
-		t.Fatalf("Serve still running %s after the shutdown began, a connection without a request open", firstRequestWait+10*time.Second)
+	case <-time.After(drain.FirstRequestWait + 10*time.Second):
+		t.Fatalf("Serve still running %s after the shutdown began, a connection without a request open", drain.FirstRequestWait+10*time.Second)
 	}
 	idle.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := idle.Read(make([]byte, 1)); err == nil {

@@ -319,11 +319,9 @@ func serveAdmin(ctx context.Context, o *runOptions, p *proxy.Proxy, succ *agent.
 		}
 	}
 	if o.adminAddr != "" {
-		srv, err := admin.Serve(o.adminAddr, listen("admin"), h, log)
-		if err != nil {
+		if err := admin.Serve(ctx, o.adminAddr, listen("admin"), h, log); err != nil {
 			return err
 		}
-		context.AfterFunc(ctx, func() { srv.Close() })
 	}
 	return nil
 }

@@ -3,6 +3,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/server/healthz"
 
+	"github.com/skewgate/skewgate/proxy/drain"
 	"github.com/skewgate/skewgate/proxy/membership"
 	"github.com/skewgate/skewgate/proxy/route"
 )
@@ -70,24 +72,38 @@ type ListenFunc func(addr string) (net.Listener, error)
 
 func tcpListen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
 
-// Serve serves h on addr until Close. The listener has no authentication:
-// a non-loopback addr is logged as a warning. listen opens it (nil:
+// Serve serves h on addr until ctx ends, then stops without dropping a
+// request it accepted (drain). The listener has no authentication: a
+// non-loopback addr is logged as a warning. listen opens it (nil:
 // net.Listen).
-func Serve(addr string, listen ListenFunc, h http.Handler, log *slog.Logger) (*http.Server, error) {
+func Serve(ctx context.Context, addr string, listen ListenFunc, h http.Handler, log *slog.Logger) error {
 	if listen == nil {
 		listen = tcpListen
 	}
 	ln, err := listen(addr)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics-bind-address: %w", err)
+		return fmt.Errorf("--metrics-bind-address: %w", err)
 	}
 	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil && !ap.Addr().IsLoopback() {
 		log.Warn("the admin listener is not on loopback and has no authentication", "address", ln.Addr().String())
 	}
 	// The write timeout leaves room for a 30 s CPU profile.
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 2 * time.Minute, IdleTimeout: 90 * time.Second}
+	srv := drain.Track(&http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 2 * time.Minute, IdleTimeout: 90 * time.Second})
 	go srv.Serve(ln)
-	return srv, nil
+	stopWith(ctx, srv, ln)
+	return nil
+}
+
+// stopWith stops srv once ctx ends, giving what it serves a few seconds
+// to finish.
+func stopWith(ctx context.Context, srv *drain.Server, ln net.Listener) {
+	context.AfterFunc(ctx, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if srv.Stop(sctx, ln) != nil {
+			srv.Close()
+		}
+	})
 }
 
 // ServerView is one server in /debug/routes.

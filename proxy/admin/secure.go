@@ -28,6 +28,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+
+	"github.com/skewgate/skewgate/proxy/drain"
 )
 
 // SecureOptions configure the secure admin listener the way
@@ -135,19 +137,16 @@ func ServeSecure(ctx context.Context, o SecureOptions, h http.Handler) (*http.Se
 	if err != nil {
 		return nil, fmt.Errorf("secure admin listener: %w", err)
 	}
-	srv := &http.Server{
+	srv := drain.Track(&http.Server{
 		Handler:           withAuth(h, reqAuthn, authz),
 		TLSConfig:         tc,
 		ReadHeaderTimeout: 10 * time.Second,
 		WriteTimeout:      2 * time.Minute, // a 30 s CPU profile
 		IdleTimeout:       90 * time.Second,
-	}
+	})
 	go srv.ServeTLS(ln, "", "")
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	return srv, nil
+	stopWith(ctx, srv, ln)
+	return srv.Server, nil
 }
 
 // hostPort brackets an IPv6 address that came without them, as
