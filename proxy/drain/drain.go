@@ -55,14 +55,15 @@ func Track(srv *http.Server) *Server {
 		return context.WithValue(ctx, connKey{}, c)
 	}
 	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		s.mu.Lock()
 		switch {
 		case st == http.StateNew:
-			s.mu.Lock()
 			s.waiting[c] = true
-			s.mu.Unlock()
+		case !s.waiting[c]: // its first request came
 		case st == http.StateClosed || st == http.StateHijacked || isHTTP2(c):
-			s.done(c)
+			delete(s.waiting, c)
 		}
+		s.mu.Unlock()
 		if state != nil {
 			state(c, st)
 		}
