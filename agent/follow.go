@@ -92,7 +92,7 @@ var (
 		"1 for the steering mode in force (always, auto or off): --steering-mode, or the cluster's kube-system/skewgate ConfigMap, which wins.",
 		[]string{"mode"}, nil)
 	descSkewWindow = prometheus.NewDesc("skewgate_skew_window",
-		"1 while the apiservers are in a skew window (they differ in version or in what they serve, or one is away, or within the hold time after): mode auto steers then.",
+		"1 while the apiservers are in a skew window (an upgrade or a rollback: their versions or what their binaries serve differ, or a node's apiserver upgrade has begun; and the hold time after): mode auto steers then.",
 		nil, nil)
 	descResetConnections = prometheus.NewDesc("skewgate_steering_reset_connections_total",
 		"Connections the apiserver accepted directly, ended when steering engaged after a standby so their clients reconnect through skewgate (--steering-reset-direct).",

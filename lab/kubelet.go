@@ -203,12 +203,18 @@ func (p *Plane) controllerManagerArgs(kubeconfig string) []string {
 
 // AdminClient is a clientset for node n's apiserver as the lab admin.
 func (p *Plane) AdminClient(n Node) (kubernetes.Interface, error) {
-	return kubernetes.NewForConfig(&rest.Config{
+	return kubernetes.NewForConfig(p.AdminConfig(n))
+}
+
+// AdminConfig is the client configuration of node n's apiserver as the
+// lab admin.
+func (p *Plane) AdminConfig(n Node) *rest.Config {
+	return &rest.Config{
 		Host: n.URL(),
 		TLSClientConfig: rest.TLSClientConfig{
 			CAFile: p.PKI.CAFile, CertFile: p.PKI.Admin.CertFile, KeyFile: p.PKI.Admin.KeyFile,
 		},
-	})
+	}
 }
 
 // waitNodesReady waits until every node is registered and Ready, labelling

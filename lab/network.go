@@ -20,6 +20,33 @@ const netnsDir = "/var/run/netns"
 // NetNSPath is the bind mount of node n's network namespace.
 func NetNSPath(name string) string { return filepath.Join(netnsDir, name) }
 
+// InNode runs f on a thread inside node name's network namespace: the
+// sockets f opens (a listener, a dial) live there, and serve from any
+// goroutine after.
+func InNode(name string, f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return err
+	}
+	defer orig.Close()
+	ns, err := netns.GetFromPath(NetNSPath(name))
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	if err := netns.Set(ns); err != nil {
+		return fmt.Errorf("enter %s's network namespace: %w", name, err)
+	}
+	ferr := f()
+	if err := netns.Set(orig); err != nil {
+		// This thread must serve no one else: panic while it is locked.
+		panic(fmt.Sprintf("back from %s's network namespace: %v", name, err))
+	}
+	return ferr
+}
+
 // vethName is the root-namespace end of node name's link.
 func vethName(name string) string { return "sl-" + name }
 
