@@ -12,10 +12,12 @@ type Mode string
 const (
 	// ModeAlways steers for as long as skewgate runs.
 	ModeAlways Mode = "always"
-	// ModeAuto steers only during a skew window: from the moment the
-	// apiservers differ (in version, in what they serve, or one is away)
-	// until they have agreed for the hold time. Outside a window new
-	// connections reach the apiserver directly: the hop costs nothing.
+	// ModeAuto steers only during a skew window — from the moment an
+	// upgrade or rollback shows (the apiservers' versions or what their
+	// binaries serve differ, or an apiserver upgrade has begun) until they
+	// have agreed for the hold time — and while the local apiserver is
+	// away and a peer is ready (rule 3a). Otherwise new connections reach
+	// the apiserver directly: the hop costs nothing.
 	ModeAuto Mode = "auto"
 	// ModeOff never steers.
 	ModeOff Mode = "off"
