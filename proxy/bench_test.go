@@ -1,9 +1,13 @@
 package proxy
 
 import (
+	"bufio"
+	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"testing"
 )
 
@@ -35,5 +39,170 @@ func BenchmarkHop(b *testing.B) {
 			}
 		})
 		client.CloseIdleConnections()
+	}
+}
+
+// BenchmarkHopBesideWatches is BenchmarkHop on a connection that also
+// carries many open watches, as a client-go process multiplexes its
+// informers' watches and its reads on one HTTP/2 connection (a
+// controller-manager holds hundreds): direct to the upstream stand-in and
+// through skewgate, each allowing 1000 streams per connection as
+// kube-apiserver does.
+func BenchmarkHopBesideWatches(b *testing.B) {
+	const watches = 900
+	rig := newIdentityRig(b, TLS{MaxStreams: 1000})
+	for _, bc := range []struct{ name, addr string }{{"direct", rig.upstream}, {"skewgate", rig.addr}} {
+		client := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{
+			Certificates: []tls.Certificate{rig.client}, RootCAs: rig.roots, InsecureSkipVerify: bc.name == "direct"}}}
+		url := "https://" + bc.addr + "/api/v1/namespaces/default/configmaps"
+		stop := openWatches(b, client, url, watches)
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := client.Get(url)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+					b.Fatalf("%s: %s %s", bc.name, resp.Proto, resp.Status)
+				}
+			}
+		})
+		stop()
+		client.CloseIdleConnections()
+	}
+}
+
+// openWatches opens n watches with client and returns once each has its
+// first event; stop ends them. They share one connection with the
+// client's later requests: the first request learns the server's stream
+// limit before the watches go out (until then Go's transport assumes 100
+// and dials more connections).
+func openWatches(b *testing.B, client *http.Client, url string, n int) (stop func()) {
+	resp, err := client.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	opened := make(chan error, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"?watch=true", nil)
+			resp, err := client.Do(req)
+			if err != nil {
+				opened <- err
+				return
+			}
+			defer resp.Body.Close()
+			_, err = bufio.NewReader(resp.Body).ReadString('\n')
+			opened <- err
+			io.Copy(io.Discard, resp.Body)
+		}()
+	}
+	stop = func() { cancel(); wg.Wait() }
+	for range n {
+		if err := <-opened; err != nil {
+			stop()
+			b.Fatal(err)
+		}
+	}
+	return stop
+}
+
+// BenchmarkWatchHop is one watch carrying many small events over HTTP/2
+// with a client certificate, direct to the upstream stand-in and through
+// skewgate (routed locally); an op is one event. The stand-in writes
+// events as kube-apiserver's watch handler does: one JSON object per line,
+// flushed once no further event is queued. burst: the events are queued
+// faster than they can be sent (an informer's burst of updates), so a
+// flush may carry many. paced: each event is produced only once the
+// client read the one before, so every event travels alone, flushed on
+// its own, and its time is an event's delivery latency.
+func BenchmarkWatchHop(b *testing.B) {
+	rig := newIdentityRig(b)
+	for _, pace := range []string{"burst", "paced"} {
+		for _, bc := range []struct{ name, addr string }{{"direct", rig.upstream}, {"skewgate", rig.addr}} {
+			client := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{
+				Certificates: []tls.Certificate{rig.client}, RootCAs: rig.roots, InsecureSkipVerify: bc.name == "direct"}}}
+			b.Run(pace+"/"+bc.name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(benchEvent)))
+				url := fmt.Sprintf("https://%s/api/v1/namespaces/default/configmaps?watch=true&%s=%d", bc.addr, benchEventsParam, b.N)
+				if pace == "paced" {
+					url += "&" + benchPacedParam + "=true"
+				}
+				resp, err := client.Get(url)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+					b.Fatalf("%s: %s %s", bc.name, resp.Proto, resp.Status)
+				}
+				events := bufio.NewScanner(resp.Body)
+				n := 0
+				for events.Scan() {
+					if n++; pace == "paced" && n < b.N {
+						rig.acks <- struct{}{}
+					}
+				}
+				if n != b.N || events.Err() != nil {
+					b.Fatalf("%s: %d of %d events: %v", bc.name, n, b.N, events.Err())
+				}
+			})
+			client.CloseIdleConnections()
+		}
+	}
+}
+
+// The stand-in's query parameters for a watch of benchmark events: how
+// many, and whether each waits for the client to have read the one before.
+const (
+	benchEventsParam = "benchEvents"
+	benchPacedParam  = "benchPaced"
+)
+
+// benchEvent is one event of a ConfigMap watch as kube-apiserver writes it.
+var benchEvent = []byte(`{"type":"MODIFIED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"bench-00042",` +
+	`"namespace":"default","uid":"7b1c2f64-0d1e-4a8b-9c3d-5e6f7a8b9c0d","resourceVersion":"123456","creationTimestamp":"2026-12-01T10:00:00Z",` +
+	`"managedFields":[{"manager":"bench","operation":"Update","apiVersion":"v1","time":"2026-12-01T10:00:00Z","fieldsType":"FieldsV1",` +
+	`"fieldsV1":{"f:data":{".":{},"f:value":{}}}}]},"data":{"value":"0123456789abcdef0123456789abcdef"}}}` + "\n")
+
+// streamEvents answers a watch with n benchmark events, queued by a
+// producer and written as kube-apiserver's watch handler writes them: each
+// event, then a flush if no further event is queued. Paced (the
+// benchPacedParam), each event after the first is produced once acks
+// says the client read the one before.
+func streamEvents(w http.ResponseWriter, r *http.Request, n int, acks <-chan struct{}) {
+	paced := r.URL.Query().Get(benchPacedParam) == "true"
+	ch := make(chan []byte, 100)
+	go func() {
+		defer close(ch)
+		for i := range n {
+			if paced && i > 0 {
+				select {
+				case <-acks:
+				case <-r.Context().Done():
+					return
+				}
+			}
+			ch <- benchEvent
+		}
+	}()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	flusher := w.(http.Flusher)
+	for ev := range ch {
+		w.Write(ev)
+		if len(ch) == 0 {
+			flusher.Flush()
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -61,12 +62,14 @@ type identityRig struct {
 	ca      *lab.CA
 	members *membership.Members
 	handler *Handler
-	mu      sync.Mutex
-	got     []seen
+	// acks paces a watch of benchmark events (streamEvents).
+	acks chan struct{}
+	mu   sync.Mutex
+	got  []seen
 }
 
 func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
-	rig := &identityRig{}
+	rig := &identityRig{acks: make(chan struct{})}
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
 			review(w, r)
@@ -88,6 +91,10 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 			io.WriteString(w, doc)
 			return
 		}
+		if n, _ := strconv.Atoi(r.URL.Query().Get(benchEventsParam)); n > 0 && r.URL.Query().Get("watch") == "true" {
+			streamEvents(w, r, n, rig.acks)
+			return
+		}
 		if r.URL.Query().Get("watch") == "true" { // a watch: an event, then nothing until the caller leaves
 			w.Write([]byte(`{"type":"ADDED"}` + "\n"))
 			w.(http.Flusher).Flush()
@@ -105,6 +112,9 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 		w.Write([]byte("ok"))
 	}))
 	up.EnableHTTP2 = true // as kube-apiserver
+	// kube-apiserver's --http2-max-streams-per-connection default, and
+	// skewgate's.
+	up.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 1000}
 	up.StartTLS()
 	t.Cleanup(up.Close)
 	rig.upstream = up.Listener.Addr().String()

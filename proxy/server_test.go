@@ -5,12 +5,14 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 
 	"github.com/skewgate/skewgate/lab"
@@ -24,25 +26,7 @@ import (
 // request it reads once its shutdown has begun (the DaemonSet rollout
 // saw 1 fresh connection in ~400 end with EOF as the old pod left).
 func TestShutdownAnswersAcceptedConnections(t *testing.T) {
-	dir := t.TempDir()
-	pki, err := lab.GeneratePKI(dir, []lab.Node{{Name: "node-a", IP: mustIP("127.0.0.1")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := dynamiccertificates.NewDynamicServingContentFromFiles("serving", pki.Serving["node-a"].CertFile, pki.Serving["node-a"].KeyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientCA, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", pki.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := lab.LoadCA(pki.CAFile, pki.CAKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.Cert)
+	serving, clientCA, roots := servingPKI(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -94,5 +78,101 @@ func TestShutdownAnswersAcceptedConnections(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
 		c.Close()
 		t.Errorf("the listener still accepts after Serve returned")
+	}
+}
+
+// servingPKI is a serving certificate for 127.0.0.1, the client CA, and
+// the roots that verify the serving certificate.
+func servingPKI(t *testing.T) (dynamiccertificates.CertKeyContentProvider, dynamiccertificates.CAContentProvider, *x509.CertPool) {
+	t.Helper()
+	pki, err := lab.GeneratePKI(t.TempDir(), []lab.Node{{Name: "node-a", IP: mustIP("127.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := dynamiccertificates.NewDynamicServingContentFromFiles("serving", pki.Serving["node-a"].CertFile, pki.Serving["node-a"].KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCA, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", pki.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := lab.LoadCA(pki.CAFile, pki.CAKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	return serving, clientCA, roots
+}
+
+// Serve's HTTP/2 (x/net's server, for its write scheduler) keeps what Go's
+// built-in one gave: the stream limit is advertised, and an answer with
+// Connection: close (the hand-back) ends the connection gracefully — a
+// GOAWAY: no new stream on it, the one in flight finishes.
+func TestServeHTTP2(t *testing.T) {
+	serving, clientCA, roots := servingPKI(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/close":
+			w.Header().Set("Connection", "close")
+		case "/slow":
+			close(entered)
+			<-release
+		}
+		io.WriteString(w, "ok")
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, ln, h, TLS{Serving: serving, ClientCAs: clientCA, MaxStreams: 7}) }()
+	defer func() { cancel(); <-done }()
+
+	conn, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cc, err := (&http2.Transport{}).NewClientConn(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) error {
+		req, _ := http.NewRequest(http.MethodGet, "https://127.0.0.1"+path, nil)
+		resp, err := cc.RoundTrip(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil && (resp.StatusCode != http.StatusOK || string(body) != "ok") {
+			err = fmt.Errorf("GET %s: %d %q", path, resp.StatusCode, body)
+		}
+		return err
+	}
+	if err := get("/"); err != nil {
+		t.Fatal(err)
+	}
+	if got := cc.State().MaxConcurrentStreams; got != 7 {
+		t.Errorf("the server advertised %d concurrent streams, want 7", got)
+	}
+	slow := make(chan error, 1)
+	go func() { slow <- get("/slow") }()
+	<-entered
+	if err := get("/close"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); cc.CanTakeNewRequest(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection still takes new requests after an answer with Connection: close")
+		}
+	}
+	close(release)
+	if err := <-slow; err != nil {
+		t.Errorf("the request in flight at the GOAWAY: %v", err)
 	}
 }

@@ -51,7 +51,8 @@ type Config struct {
 	// skewgate paths.
 	Watch WatchLoad
 	// ProfileDir, if set, receives a CPU profile of skewgate (from its
-	// /debug/pprof) for each of its paths' first saturation round.
+	// /debug/pprof) for each of its paths' first saturation round, and
+	// for its watch-heavy run.
 	ProfileDir string
 }
 

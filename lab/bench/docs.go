@@ -108,10 +108,12 @@ const docTail = `
   request is taken from the apiserver's and the load generator's, which is
   what the throughput ratio shows.
 - Micro-benchmarks that need no lab: ` + "`make bench-micro`" + ` (routing,
-  merged discovery, and the in-process hop with its allocations).
-- Profiles of skewgate under this load: run ` + "`make bench`" + ` and, while it
-  saturates, ` + "`go tool pprof http://198.18.0.1:16444/debug/pprof/profile?seconds=10`" + `
-  (the lab runs skewgate with --profiling).
+  merged discovery, and the in-process hop with its allocations: alone,
+  beside 900 watches on its connection, and a watch's events through it).
+- Profiles of skewgate under this load: ` + "`make bench PROFILE=<dir>`" + ` writes
+  CPU profiles of skewgate's first saturation round on each of its paths and
+  of its watch-heavy run into <dir> (the lab runs skewgate with
+  --profiling).
 `
 
 // machine describes the host: kernel, CPU model, cores, Go.

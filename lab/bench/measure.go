@@ -61,7 +61,7 @@ func saturate(ctx context.Context, cfg Config) (map[string]Load, error) {
 		for _, p := range cfg.Paths {
 			profiled := func() error { return nil }
 			if round == 0 && p.Proxy == cfg.Skewgate && cfg.ProfileDir != "" {
-				profiled = profile(ctx, cfg, p, slice-time.Second)
+				profiled = profile(ctx, cfg, "saturation", p, slice-time.Second)
 			}
 			l, err := burst(ctx, p, cfg.Concurrency, slice, cfg.Server)
 			if perr := profiled(); err == nil {

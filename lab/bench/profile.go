@@ -12,9 +12,9 @@ import (
 )
 
 // profile starts fetching a CPU profile of skewgate for d while p is under
-// load, into cfg.ProfileDir/skewgate-<route>.pprof; wait returns once it
-// is written.
-func profile(ctx context.Context, cfg Config, p Path, d time.Duration) (wait func() error) {
+// load, into cfg.ProfileDir/skewgate-<load>-<route>.pprof; wait returns
+// once it is written.
+func profile(ctx context.Context, cfg Config, load string, p Path, d time.Duration) (wait func() error) {
 	done := make(chan error, 1)
 	go func() {
 		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", cfg.Admin, int(d.Seconds()))
@@ -33,7 +33,7 @@ func profile(ctx context.Context, cfg Config, p Path, d time.Duration) (wait fun
 			done <- fmt.Errorf("profile: %s (is skewgate run with --profiling?)", resp.Status)
 			return
 		}
-		f, err := os.Create(filepath.Join(cfg.ProfileDir, "skewgate-"+strings.ReplaceAll(p.Route, "/", "-")+".pprof"))
+		f, err := os.Create(filepath.Join(cfg.ProfileDir, "skewgate-"+load+"-"+strings.ReplaceAll(p.Route, "/", "-")+".pprof"))
 		if err != nil {
 			done <- err
 			return

@@ -55,8 +55,15 @@ func watchPath(ctx context.Context, p Path, cfg Config) (WatchResult, error) {
 	var res WatchResult
 	cpu0 := cpuTime(p.Proxy)
 	sampler := sampleRSS(ctx, p.Proxy, &res.RSSPeak)
+	profiled := func() error { return nil }
+	if p.Proxy == cfg.Skewgate && cfg.ProfileDir != "" {
+		profiled = profile(ctx, cfg, "watch", p, cfg.Watch.Duration-time.Second)
+	}
 	lat, err := paced(ctx, p, cfg.Watch.RPS, cfg.Watch.Duration)
 	sampler()
+	if perr := profiled(); err == nil {
+		err = perr
+	}
 	res.Latency, res.ProxyCPU = lat, cpuTime(p.Proxy)-cpu0
 	return res, err
 }

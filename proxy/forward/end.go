@@ -96,21 +96,31 @@ func wholeFrames(b []byte) int {
 
 // framedBody passes on only whole events of body and ends with io.EOF
 // once end closed.
+//
+// It reads into one buffer and hands the caller whole events straight out
+// of it: a watch's events are copied once on their way through, and
+// reading allocates nothing unless an event outgrows the buffer.
 type framedBody struct {
 	body  io.ReadCloser
 	split func([]byte) int
 	stop  func() bool // stops watching end
 
 	mu    sync.Mutex
-	ended bool   // end closed: no more reads of body
-	held  []byte // read, not yet a whole event
-	ready []byte // whole events not yet returned
-	err   error  // the server's error reading body, after ready
-	chunk []byte
+	ended bool // end closed: no more reads of body
+	// buf[off:] was read and not yet returned; its first whole bytes are
+	// whole events (or, once the server ended the stream, all of it).
+	buf   []byte
+	off   int
+	whole int
+	err   error // the server's error reading body, after the whole events
 }
 
+// framedBufSize is a watch's read buffer: an event rarely exceeds 8 KiB;
+// a larger one grows the buffer.
+const framedBufSize = 8 << 10
+
 func newFramedBody(body io.ReadCloser, end <-chan struct{}, split func([]byte) int) *framedBody {
-	f := &framedBody{body: body, split: split, chunk: make([]byte, 8<<10)}
+	f := &framedBody{body: body, split: split, buf: make([]byte, 0, framedBufSize)}
 	done := make(chan struct{})
 	go func() {
 		select {
@@ -129,9 +139,10 @@ func newFramedBody(body io.ReadCloser, end <-chan struct{}, split func([]byte) i
 func (f *framedBody) Read(p []byte) (int, error) {
 	for {
 		f.mu.Lock()
-		if len(f.ready) > 0 {
-			n := copy(p, f.ready)
-			f.ready = f.ready[n:]
+		if f.whole > 0 {
+			n := copy(p, f.buf[f.off:f.off+f.whole])
+			f.off += n
+			f.whole -= n
 			f.mu.Unlock()
 			return n, nil
 		}
@@ -143,21 +154,28 @@ func (f *framedBody) Read(p []byte) (int, error) {
 			f.mu.Unlock()
 			return 0, f.err
 		}
-		f.mu.Unlock()
-		n, err := f.body.Read(f.chunk)
-		f.mu.Lock()
-		f.held = append(f.held, f.chunk[:n]...)
-		if k := f.split(f.held); k > 0 {
-			f.ready = append(f.ready[:0], f.held[:k]...)
-			f.held = append(f.held[:0], f.held[k:]...)
+		// What is left is part of an event: keep it at the start, and
+		// make room for the rest.
+		held := copy(f.buf[:cap(f.buf)], f.buf[f.off:])
+		f.buf, f.off = f.buf[:held], 0
+		if held == cap(f.buf) {
+			f.buf = append(f.buf, make([]byte, held)...)[:held]
 		}
+		room := f.buf[held:cap(f.buf)]
+		f.mu.Unlock()
+		// Only Read touches buf: the goroutine watching end only
+		// closes body.
+		n, err := f.body.Read(room)
+		f.mu.Lock()
+		f.buf = f.buf[:held+n]
+		f.whole = f.split(f.buf)
 		switch {
 		case err == nil:
 		case f.ended:
 			// Ours: what is held back is not a whole event.
 		case err == io.EOF:
 			// The server ended it: pass on what it sent, as it sent it.
-			f.ready, f.held, f.ended = append(f.ready, f.held...), nil, true
+			f.whole, f.ended = len(f.buf), true
 		default:
 			f.err = err
 		}

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"encoding/binary"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -198,3 +200,46 @@ func TestFramedBodyPassesServerErrors(t *testing.T) {
 type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// Events reach the caller whole and intact however the server's bytes
+// arrive and whatever the caller reads at once: one byte at a time, an
+// event longer than the read buffer, many events in one read.
+func TestFramedBodyEventsWhateverTheReads(t *testing.T) {
+	events := []string{`{"a":1}`, `{"big":"` + strings.Repeat("x", 3*framedBufSize) + `"}`, `{"b":2}`}
+	var all strings.Builder
+	for range 100 {
+		for _, e := range events {
+			all.WriteString(e + "\n")
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		src  io.Reader
+		p    int
+	}{
+		{"byte by byte", iotest.OneByteReader(strings.NewReader(all.String())), 7},
+		{"half reads", iotest.HalfReader(strings.NewReader(all.String())), 32 << 10},
+		{"whole", strings.NewReader(all.String()), 1 << 20},
+	} {
+		f := newFramedBody(io.NopCloser(tc.src), make(chan struct{}), wholeLines)
+		var got bytes.Buffer
+		p := make([]byte, tc.p)
+		for {
+			n, err := f.Read(p)
+			got.Write(p[:n])
+			if n > 0 && p[n-1] != '\n' && n < tc.p {
+				t.Fatalf("%s: a read ended mid-event: %q", tc.name, p[max(0, n-10):n])
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+		}
+		f.Close()
+		if got.String() != all.String() {
+			t.Errorf("%s: read %d bytes, want the %d sent", tc.name, got.Len(), all.Len())
+		}
+	}
+}
