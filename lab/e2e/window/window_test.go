@@ -1,7 +1,8 @@
 // Package window proves steering mode auto on real apiservers: a plane of
 // one version is not steered (the hop costs nothing); routine events (a
 // peer restarted on its version, a peer stalled for 3 s, oversized
-// anonymous requests) open no window; a peer's upgrade opens the skew
+// anonymous requests, an aggregated API one server reaches and the other
+// does not) open no window; a peer's upgrade opens the skew
 // window as soon as the upgraded server is read, without moving the
 // connections made before it; the cluster's ConfigMap switches every
 // node within a second and survives an agent restart; and once the
@@ -265,6 +266,11 @@ func TestAutoMode(t *testing.T) {
 		apiService(t, "node-b", true)
 		time.Sleep(12 * time.Second)
 		apiService(t, "node-b", false)
+		// An aggregated API only node-b's server reaches: the servers'
+		// discovery differs on it for as long as that lasts.
+		remove := apiServiceOnOne(t, "node-b")
+		time.Sleep(12 * time.Second)
+		remove()
 		// etcd stalls for 3 s (a defrag, a slow disk): every server's
 		// /readyz fails at once.
 		stall(t, "etcd", 3*time.Second)
@@ -429,7 +435,7 @@ func object(t *testing.T, name, collection, obj string, create bool, body string
 // partition drops node from's route to node to's address for d.
 func partition(t *testing.T, from, to string, d time.Duration) {
 	t.Helper()
-	h, _, err := nodeEth0(from)
+	h, _, err := nodeLink(from, "eth0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -587,7 +593,7 @@ func moveVIP(t *testing.T, from, to string) {
 
 // vipOn adds the VIP to node's eth0, or removes it.
 func vipOn(node string, add bool) error {
-	h, eth0, err := nodeEth0(node)
+	h, eth0, err := nodeLink(node, "eth0")
 	if err != nil {
 		return err
 	}
@@ -773,7 +779,7 @@ func ipv6On(t *testing.T, addr netip.Addr) error {
 		return fmt.Errorf("add %s to %s: %w", onBridge.IPNet, lab.BridgeName, err)
 	}
 	t.Cleanup(func() { netlink.AddrDel(br, onBridge) })
-	h, eth0, err := nodeEth0("node-b")
+	h, eth0, err := nodeLink("node-b", "eth0")
 	if err != nil {
 		return err
 	}
@@ -786,9 +792,9 @@ func ipv6On(t *testing.T, addr netip.Addr) error {
 	return nil
 }
 
-// nodeEth0 is a netlink handle in node's namespace and its eth0; close the
-// handle.
-func nodeEth0(node string) (*netlink.Handle, netlink.Link, error) {
+// nodeLink is a netlink handle in node's namespace and its link named
+// link; close the handle.
+func nodeLink(node, link string) (*netlink.Handle, netlink.Link, error) {
 	ns, err := netns.GetFromPath(lab.NetNSPath(node))
 	if err != nil {
 		return nil, nil, err
@@ -798,10 +804,10 @@ func nodeEth0(node string) (*netlink.Handle, netlink.Link, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	eth0, err := h.LinkByName("eth0")
+	l, err := h.LinkByName(link)
 	if err != nil {
 		h.Close()
 		return nil, nil, err
 	}
-	return h, eth0, nil
+	return h, l, nil
 }
