@@ -152,3 +152,83 @@ func TestInNamespace(t *testing.T) {
 		}
 	}
 }
+
+// Failed requests are a steering change's when they reach its node within
+// its span: not before it, not after the node's apiserver stopped, not
+// after the span or the node's next change; a 503 nothing could have
+// answered is no failure.
+func TestHandOffs(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	fail := func(node string, answered, conn float64) event {
+		return event{node: node, at: at(answered), outcome: Error, connAt: at(conn), detail: "reset"}
+	}
+	long := fail("node-a", 9, 1) // sent before node-a engaged, answered after
+	long.latency = 2 * time.Second
+	events := []event{
+		fail("node-a", 9, 1),  // before node-a engaged
+		long,                  // node-a's hand-over, on a kept connection
+		fail("node-a", 16, 1), // after node-a's apiserver stopped: the restart's
+		{node: "node-a", at: at(12), outcome: OK, connAt: at(1)},
+		{node: "node-a", at: at(12), outcome: Unavailable, connAt: at(1)}, // no live server served it
+		fail("node-b", 12, 12), // node-b's hand-over, a new connection
+		fail("node-b", 42, 1),  // past node-b's hand-over span
+		fail("", 12, 12),       // reached no node
+		fail("node-a", 110, 101),
+		{node: "node-a", at: at(120), outcome: Unavailable, live: true, connAt: at(101)}, // node-a's hand-back
+		fail("node-a", 428, 101),   // node-a's hand-back, near its span's end
+		fail("node-a", 431.5, 101), // past node-a's hand-back span
+		fail("node-b", 199, 150),   // node-b's hand-back, cut at 200
+		fail("node-b", 210, 150),   // node-b's second hand-over, kept
+		fail("node-b", 216, 150),   // after node-b's apiserver stopped
+		fail("node-c", 25, 1),      // node-c's hand-over
+		fail("node-d", 25, 1),      // node-d steered from the start: no change
+	}
+	changes := []steerChange{
+		{nodeEvent{"node-a", at(10)}, true}, {nodeEvent{"node-b", at(11)}, true}, {nodeEvent{"node-c", at(20)}, true},
+		{nodeEvent{"node-a", at(100)}, false}, {nodeEvent{"node-b", at(101)}, false}, {nodeEvent{"node-b", at(200)}, true},
+	}
+	stops := []nodeEvent{{"node-a", at(15)}, {"node-a", at(500)}, {"node-b", at(215)}}
+	initial := map[string]bool{"node-a": false, "node-b": false, "node-c": false, "node-d": true}
+	got := handOffs(events, []string{"node-a", "node-b", "node-c", "node-d"}, initial, changes, stops)
+	want := []struct {
+		over, kept, back, engages, releases int
+		before                              bool
+	}{{1, 1, 3, 1, 1, true}, {2, 1, 1, 2, 1, true}, {1, 1, 0, 1, 0, false}, {0, 0, 0, 0, 0, true}}
+	for i, h := range got {
+		w := want[i]
+		if h.HandOver != w.over || h.Kept != w.kept || h.HandBack != w.back || h.Engages != w.engages || h.Releases != w.releases || h.EngagedBeforeStop() != w.before {
+			t.Errorf("%s: hand-over %d (kept %d), hand-back %d, %d engagements, %d releases, engaged before the first stop %t; want %+v",
+				h.Node, h.HandOver, h.Kept, h.HandBack, h.Engages, h.Releases, h.EngagedBeforeStop(), w)
+		}
+	}
+	if a := got[0]; !a.Engaged.Equal(at(10)) || !a.Released.Equal(at(100)) || !a.FirstStop.Equal(at(15)) {
+		t.Errorf("node-a: engaged %s, released %s, first stop %s", a.Engaged, a.Released, a.FirstStop)
+	}
+}
+
+// The steering log records changes, not the state first read, and calls
+// steering handed back once every node was released for the span.
+func TestSteeringLog(t *testing.T) {
+	l := newSteeringLog()
+	t0 := time.Now()
+	l.saw("node-a", true, t0)
+	l.saw("node-b", false, t0)
+	l.saw("node-a", true, t0.Add(time.Second))
+	if initial, changes := l.snapshot(); !initial["node-a"] || initial["node-b"] || len(changes) != 0 {
+		t.Fatalf("initial %v, changes %v; want node-a steering, no change", initial, changes)
+	}
+	if l.handedBack(time.Minute, t0.Add(time.Hour)) {
+		t.Error("handed back while node-a steers")
+	}
+	l.saw("node-a", false, t0.Add(2*time.Second))
+	if l.handedBack(time.Minute, t0.Add(time.Minute)) {
+		t.Error("handed back 58 s after node-a's release, within the span")
+	}
+	if !l.handedBack(time.Minute, t0.Add(2*time.Second+time.Minute)) {
+		t.Error("not handed back a span after node-a's release")
+	}
+	if _, changes := l.snapshot(); len(changes) != 1 || changes[0].on || changes[0].node != "node-a" {
+		t.Errorf("changes %v; want node-a released", changes)
+	}
+}

@@ -27,8 +27,8 @@ type presence struct {
 }
 
 type departure struct {
-	version string
-	at      time.Time
+	node, version string
+	at            time.Time
 }
 
 func newPresence() *presence {
@@ -45,7 +45,7 @@ func (p *presence) down(node string, at time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if v, ok := p.live[node]; ok {
-		p.departed = append(p.departed, departure{v, at})
+		p.departed = append(p.departed, departure{node, v, at})
 		delete(p.live, node)
 	}
 }
@@ -65,6 +65,17 @@ func (p *presence) served(gvr schema.GroupVersionResource) (live, inGrace bool) 
 		}
 	}
 	return live, inGrace
+}
+
+// stops lists when each node's apiserver went away, in order.
+func (p *presence) stops() []nodeEvent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]nodeEvent, len(p.departed))
+	for i, d := range p.departed {
+		out[i] = nodeEvent{node: d.node, at: d.at}
+	}
+	return out
 }
 
 // servedAtAll reports whether a live server, or one within the grace,

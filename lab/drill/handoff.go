@@ -1,0 +1,229 @@
+package drill
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/skewgate/skewgate/lab"
+)
+
+// What a node's steering changes cost its clients. In mode auto steering
+// engages when a skew window opens (the hand-over: connections from before
+// stay direct, nothing is reset) and is released when it closes (the
+// hand-back: steered connections are asked to leave, watches end cleanly).
+// Neither may fail a request; the drill follows every node's steering on
+// its pins and counts the failed requests each change could have caused.
+
+// handOverSpan bounds a hand-over: a request to a node that fails within
+// it after the node's steering engaged is the hand-over's.
+const handOverSpan = 30 * time.Second
+
+// handBackSpan bounds a hand-back: skewgate's HandBack.Spread (5 minutes,
+// within which every steered watch is ended) and 30 s for the last
+// connections asked to leave.
+const handBackSpan = 5*time.Minute + 30*time.Second
+
+// steerPoll is how often the drill reads every node's pins: a fifth of
+// the steering lease's renewal period.
+const steerPoll = 100 * time.Millisecond
+
+// nodeEvent is something that happened to a node.
+type nodeEvent struct {
+	node string
+	at   time.Time
+}
+
+// steerChange is a node's steering engaging (on) or being released.
+type steerChange struct {
+	nodeEvent
+	on bool
+}
+
+// steeringLog follows every node's steering.
+type steeringLog struct {
+	mu      sync.Mutex
+	initial map[string]bool // the state first read, per node
+	last    map[string]bool
+	changes []steerChange
+}
+
+func newSteeringLog() *steeringLog {
+	return &steeringLog{initial: map[string]bool{}, last: map[string]bool{}}
+}
+
+// follow reads every node's steering every steerPoll until ctx ends, with
+// read (lab.KubeletSteering's verdict); a node whose pins cannot be read
+// keeps its last state.
+func (l *steeringLog) follow(ctx context.Context, nodes []lab.Node, read func(lab.Node) (bool, error)) {
+	for ctx.Err() == nil {
+		for _, n := range nodes {
+			if on, err := read(n); err == nil {
+				l.saw(n.Name, on, time.Now())
+			}
+		}
+		sleep(ctx, steerPoll)
+	}
+}
+
+func (l *steeringLog) saw(node string, on bool, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	last, known := l.last[node]
+	switch {
+	case !known:
+		l.initial[node] = on
+	case on != last:
+		l.changes = append(l.changes, steerChange{nodeEvent{node, at}, on})
+	}
+	l.last[node] = on
+}
+
+// handedBack reports whether every node known is released and has been
+// for span (or never steered).
+func (l *steeringLog) handedBack(span time.Duration, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for node, on := range l.last {
+		if on {
+			return false
+		}
+		for _, c := range l.changes {
+			if c.node == node && now.Sub(c.at) < span {
+				return false
+			}
+		}
+	}
+	return len(l.last) > 0
+}
+
+func (l *steeringLog) snapshot() (map[string]bool, []steerChange) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	initial := make(map[string]bool, len(l.initial))
+	for k, v := range l.initial {
+		initial[k] = v
+	}
+	return initial, slices.Clone(l.changes)
+}
+
+// HandOff is what one node's steering changes cost in a run.
+type HandOff struct {
+	Node string
+	// Steering: the node steered when the drill began following it
+	// (before its workload started).
+	Steering bool
+	// Engaged is when its steering first engaged, Released when it was
+	// last released (zero: never); Engages and Releases count them.
+	Engaged, Released time.Time
+	Engages, Releases int
+	// FirstStop is when the run's first apiserver went away (zero: none).
+	FirstStop time.Time
+	// HandOver counts the requests to the node that failed within
+	// handOverSpan of an engagement, before the next change and before
+	// its own apiserver next stopped; Kept those on a connection the drill
+	// saw before the engagement. HandBack counts likewise within
+	// handBackSpan of a release.
+	HandOver, Kept, HandBack int
+	// Failures are the first few of them.
+	Failures []event
+}
+
+// EngagedBeforeStop reports whether the node steered before the run's
+// first apiserver stopped (or no apiserver stopped).
+func (h HandOff) EngagedBeforeStop() bool {
+	return h.FirstStop.IsZero() || h.Steering || !h.Engaged.IsZero() && h.Engaged.Before(h.FirstStop)
+}
+
+// failed reports whether e is a failed request: anything but a success
+// or a genuine 4xx, except a 503 for a type no live server served at that
+// moment (nothing could have answered it).
+func failed(e event) bool {
+	return e.outcome != OK && (e.outcome != Unavailable || e.live)
+}
+
+// handOffs attributes the failed requests of events to the steering
+// changes of each node: a request fails when its answer (or error)
+// arrives, and is a change's when it reached the node within the change's
+// span (handOverSpan after an engagement, handBackSpan after a release),
+// cut short by the node's next change and by its apiserver's next stop (a
+// failure after that is the restart's).
+func handOffs(events []event, nodes []string, initial map[string]bool, changes []steerChange, stops []nodeEvent) []HandOff {
+	var firstStop time.Time
+	for _, s := range stops {
+		if firstStop.IsZero() || s.at.Before(firstStop) {
+			firstStop = s.at
+		}
+	}
+	out := make([]HandOff, 0, len(nodes))
+	for _, node := range nodes {
+		h := HandOff{Node: node, Steering: initial[node], FirstStop: firstStop}
+		var mine []steerChange
+		for _, c := range changes {
+			if c.node == node {
+				mine = append(mine, c)
+			}
+		}
+		for i, c := range mine {
+			span := handBackSpan
+			if c.on {
+				span = handOverSpan
+				h.Engages++
+				if h.Engaged.IsZero() {
+					h.Engaged = c.at
+				}
+			} else {
+				h.Releases++
+				h.Released = c.at
+			}
+			end := c.at.Add(span)
+			if i+1 < len(mine) && mine[i+1].at.Before(end) {
+				end = mine[i+1].at
+			}
+			for _, s := range stops {
+				if s.node == node && !s.at.Before(c.at) && s.at.Before(end) {
+					end = s.at
+				}
+			}
+			h.attribute(events, c, end)
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+// attribute counts the failed requests to h's node answered in [c.at, end).
+func (h *HandOff) attribute(events []event, c steerChange, end time.Time) {
+	for _, e := range events {
+		done := e.at.Add(e.latency)
+		if e.node != h.Node || !failed(e) || done.Before(c.at) || !done.Before(end) {
+			continue
+		}
+		if c.on {
+			h.HandOver++
+			if e.connAt.Before(c.at) {
+				h.Kept++
+			}
+		} else {
+			h.HandBack++
+		}
+		if len(h.Failures) < 5 {
+			h.Failures = append(h.Failures, e)
+		}
+	}
+}
+
+// HandOffs is what each node's steering changes cost in the run (nil:
+// its steering was not followed).
+func (r *Result) HandOffs() []HandOff {
+	if r.steerInitial == nil {
+		return nil
+	}
+	nodes := make([]string, 0, len(r.steerInitial))
+	for n := range r.steerInitial {
+		nodes = append(nodes, n)
+	}
+	slices.Sort(nodes)
+	return handOffs(r.events, nodes, r.steerInitial, r.steerChanges, r.stops)
+}
