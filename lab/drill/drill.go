@@ -114,12 +114,9 @@ type Result struct {
 	gaps    map[string]int
 	Monitor *Monitoring // skewgate mode with Prometheus only
 	Loss    *Loss       // kubeadm only
-	// steerInitial and steerChanges are every node's steering, followed
-	// on its pins (kubeadm, skewgate modes); stops when each node's
-	// apiserver went away.
-	steerInitial map[string]bool
-	steerChanges []steerChange
-	stops        []nodeEvent
+	// nodes is every node's steering, followed on its pins (kubeadm,
+	// skewgate modes), and its apiserver's comings and goings.
+	nodes nodeHistory
 }
 
 // Phase is a named span of the drill.
@@ -362,9 +359,9 @@ func drive(ctx context.Context, o Options, plane *lab.Plane, pres *presence, mod
 	stop()
 	<-done
 	res.events = rec.snapshot()
-	res.stops = pres.stops()
+	res.nodes.stops, res.nodes.silent, res.nodes.ups = pres.history()
 	if steer != nil {
-		res.steerInitial, res.steerChanges = steer.snapshot()
+		res.nodes.initial, res.nodes.changes = steer.snapshot()
 	}
 	if loss != nil {
 		fmt.Fprintf(o.Progress, "drill:   counting what was lost, after %s\n", o.Settle)

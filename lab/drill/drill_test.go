@@ -181,20 +181,31 @@ func TestHandOffs(t *testing.T) {
 		fail("node-b", 199, 150),   // node-b's hand-back, cut at 200
 		fail("node-b", 210, 150),   // node-b's second hand-over, kept
 		fail("node-b", 216, 150),   // after node-b's apiserver stopped
-		fail("node-c", 25, 1),      // node-c's hand-over
+		fail("node-c", 25, 1),      // node-c's apiserver away, on a connection from before: the restart's
+		fail("node-c", 26, 22),     // node-c's hand-over, a new connection while it is away
 		fail("node-d", 25, 1),      // node-d steered from the start: no change
 	}
 	changes := []steerChange{
 		{nodeEvent{"node-a", at(10)}, true}, {nodeEvent{"node-b", at(11)}, true}, {nodeEvent{"node-c", at(20)}, true},
 		{nodeEvent{"node-a", at(100)}, false}, {nodeEvent{"node-b", at(101)}, false}, {nodeEvent{"node-b", at(200)}, true},
+		{nodeEvent{"node-e", at(16)}, true}, // after node-a's /readyz failed, before it stopped answering
 	}
 	stops := []nodeEvent{{"node-a", at(15)}, {"node-a", at(500)}, {"node-b", at(215)}}
-	initial := map[string]bool{"node-a": false, "node-b": false, "node-c": false, "node-d": true}
-	got := handOffs(events, []string{"node-a", "node-b", "node-c", "node-d"}, initial, changes, stops)
+	stops = append(stops, nodeEvent{"node-c", at(17)})
+	hist := nodeHistory{
+		initial: map[string]bool{"node-a": false, "node-b": false, "node-c": false, "node-d": true, "node-e": false},
+		changes: changes, stops: stops,
+		silent: []nodeEvent{{"node-a", at(18)}, {"node-b", at(216)}},
+		ups:    []nodeEvent{{"node-a", at(0)}, {"node-b", at(0)}, {"node-c", at(0)}, {"node-a", at(60)}, {"node-c", at(40)}},
+	}
+	got := handOffs(events, []string{"node-a", "node-b", "node-c", "node-d", "node-e"}, hist)
 	want := []struct {
 		over, kept, back, engages, releases int
 		before                              bool
-	}{{1, 1, 3, 1, 1, true}, {2, 1, 1, 2, 1, true}, {1, 1, 0, 1, 0, false}, {0, 0, 0, 0, 0, true}}
+	}{{1, 1, 3, 1, 1, true}, {2, 1, 1, 2, 1, true}, {1, 0, 0, 1, 0, false}, {0, 0, 0, 0, 0, true}, {0, 0, 0, 1, 0, true}}
+	if len(got) != len(want) {
+		t.Fatalf("%d nodes, want %d", len(got), len(want))
+	}
 	for i, h := range got {
 		w := want[i]
 		if h.HandOver != w.over || h.Kept != w.kept || h.HandBack != w.back || h.Engages != w.engages || h.Releases != w.releases || h.EngagedBeforeStop() != w.before {
@@ -202,8 +213,8 @@ func TestHandOffs(t *testing.T) {
 				h.Node, h.HandOver, h.Kept, h.HandBack, h.Engages, h.Releases, h.EngagedBeforeStop(), w)
 		}
 	}
-	if a := got[0]; !a.Engaged.Equal(at(10)) || !a.Released.Equal(at(100)) || !a.FirstStop.Equal(at(15)) {
-		t.Errorf("node-a: engaged %s, released %s, first stop %s", a.Engaged, a.Released, a.FirstStop)
+	if a := got[0]; !a.Engaged.Equal(at(10)) || !a.Released.Equal(at(100)) || !a.FirstStop.Equal(at(15)) || !a.FirstSilent.Equal(at(18)) {
+		t.Errorf("node-a: engaged %s, released %s, first stop %s, first silent %s", a.Engaged, a.Released, a.FirstStop, a.FirstSilent)
 	}
 }
 

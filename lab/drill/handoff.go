@@ -118,22 +118,36 @@ type HandOff struct {
 	// last released (zero: never); Engages and Releases count them.
 	Engaged, Released time.Time
 	Engages, Releases int
-	// FirstStop is when the run's first apiserver went away (zero: none).
-	FirstStop time.Time
+	// FirstStop is when the run's first apiserver went away (its /readyz
+	// failed, e.g. while kubeadm restarts etcd), FirstSilent when the
+	// first stopped answering (zero: none).
+	FirstStop, FirstSilent time.Time
 	// HandOver counts the requests to the node that failed within
 	// handOverSpan of an engagement, before the next change and before
 	// its own apiserver next stopped; Kept those on a connection the drill
 	// saw before the engagement. HandBack counts likewise within
-	// handBackSpan of a release.
+	// handBackSpan of a release. OverBy and BackBy count them by outcome.
 	HandOver, Kept, HandBack int
+	OverBy, BackBy           map[string]int
 	// Failures are the first few of them.
 	Failures []event
 }
 
 // EngagedBeforeStop reports whether the node steered before the run's
-// first apiserver stopped (or no apiserver stopped).
+// first apiserver stopped answering (or none did).
 func (h HandOff) EngagedBeforeStop() bool {
-	return h.FirstStop.IsZero() || h.Steering || !h.Engaged.IsZero() && h.Engaged.Before(h.FirstStop)
+	return h.FirstSilent.IsZero() || h.Steering || !h.Engaged.IsZero() && h.Engaged.Before(h.FirstSilent)
+}
+
+// firstOf is the earliest of events, zero if none.
+func firstOf(events []nodeEvent) time.Time {
+	var t time.Time
+	for _, e := range events {
+		if t.IsZero() || e.at.Before(t) {
+			t = e.at
+		}
+	}
+	return t
 }
 
 // failed reports whether e is a failed request: anything but a success
@@ -149,18 +163,14 @@ func failed(e event) bool {
 // span (handOverSpan after an engagement, handBackSpan after a release),
 // cut short by the node's next change and by its apiserver's next stop (a
 // failure after that is the restart's).
-func handOffs(events []event, nodes []string, initial map[string]bool, changes []steerChange, stops []nodeEvent) []HandOff {
-	var firstStop time.Time
-	for _, s := range stops {
-		if firstStop.IsZero() || s.at.Before(firstStop) {
-			firstStop = s.at
-		}
-	}
+func handOffs(events []event, nodes []string, hist nodeHistory) []HandOff {
+	firstStop, firstSilent := firstOf(hist.stops), firstOf(hist.silent)
 	out := make([]HandOff, 0, len(nodes))
 	for _, node := range nodes {
-		h := HandOff{Node: node, Steering: initial[node], FirstStop: firstStop}
+		h := HandOff{Node: node, Steering: hist.initial[node], FirstStop: firstStop, FirstSilent: firstSilent,
+			OverBy: map[string]int{}, BackBy: map[string]int{}}
 		var mine []steerChange
-		for _, c := range changes {
+		for _, c := range hist.changes {
 			if c.node == node {
 				mine = append(mine, c)
 			}
@@ -181,32 +191,39 @@ func handOffs(events []event, nodes []string, initial map[string]bool, changes [
 			if i+1 < len(mine) && mine[i+1].at.Before(end) {
 				end = mine[i+1].at
 			}
-			for _, s := range stops {
+			for _, s := range hist.stops {
 				if s.node == node && !s.at.Before(c.at) && s.at.Before(end) {
 					end = s.at
 				}
 			}
-			h.attribute(events, c, end)
+			h.attribute(events, c, end, hist)
 		}
 		out = append(out, h)
 	}
 	return out
 }
 
-// attribute counts the failed requests to h's node answered in [c.at, end).
-func (h *HandOff) attribute(events []event, c steerChange, end time.Time) {
+// attribute counts the failed requests to h's node answered in [c.at,
+// end), but those sent on a connection from before c while the node's
+// apiserver was away: a direct connection to an apiserver that is
+// restarting (a request hung while etcd restarts, say) fails for the
+// restart, whatever steering does.
+func (h *HandOff) attribute(events []event, c steerChange, end time.Time, hist nodeHistory) {
 	for _, e := range events {
 		done := e.at.Add(e.latency)
-		if e.node != h.Node || !failed(e) || done.Before(c.at) || !done.Before(end) {
+		if e.node != h.Node || !failed(e) || done.Before(c.at) || !done.Before(end) ||
+			e.connAt.Before(c.at) && hist.away(h.Node, e.at) {
 			continue
 		}
 		if c.on {
 			h.HandOver++
+			h.OverBy[e.outcome]++
 			if e.connAt.Before(c.at) {
 				h.Kept++
 			}
 		} else {
 			h.HandBack++
+			h.BackBy[e.outcome]++
 		}
 		if len(h.Failures) < 5 {
 			h.Failures = append(h.Failures, e)
@@ -214,16 +231,41 @@ func (h *HandOff) attribute(events []event, c steerChange, end time.Time) {
 	}
 }
 
+// nodeHistory is what the drill saw of its nodes: each one's steering
+// (the state first read, then every change) and when its apiserver went
+// away (failed /readyz), stopped answering and was up.
+type nodeHistory struct {
+	initial            map[string]bool
+	changes            []steerChange
+	stops, silent, ups []nodeEvent
+}
+
+// away reports whether node's apiserver was away at t: it last went away
+// after it was last up.
+func (h nodeHistory) away(node string, t time.Time) bool {
+	last := func(events []nodeEvent) time.Time {
+		var l time.Time
+		for _, e := range events {
+			if e.node == node && !e.at.After(t) && e.at.After(l) {
+				l = e.at
+			}
+		}
+		return l
+	}
+	stop := last(h.stops)
+	return !stop.IsZero() && stop.After(last(h.ups))
+}
+
 // HandOffs is what each node's steering changes cost in the run (nil:
 // its steering was not followed).
 func (r *Result) HandOffs() []HandOff {
-	if r.steerInitial == nil {
+	if r.nodes.initial == nil {
 		return nil
 	}
-	nodes := make([]string, 0, len(r.steerInitial))
-	for n := range r.steerInitial {
+	nodes := make([]string, 0, len(r.nodes.initial))
+	for n := range r.nodes.initial {
 		nodes = append(nodes, n)
 	}
 	slices.Sort(nodes)
-	return handOffs(r.events, nodes, r.steerInitial, r.steerChanges, r.stops)
+	return handOffs(r.events, nodes, r.nodes)
 }

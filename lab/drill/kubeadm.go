@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"time"
@@ -112,12 +113,21 @@ func moveKubeadm(ctx context.Context, plane *lab.Plane, s step, pres *presence, 
 
 // follow polls node's /readyz every 250 ms until ctx ends, marking it
 // away in pres at its first failure and back, with the version it serves,
-// when it passes again.
+// when it passes again; and noting when it stops answering at all (a
+// /readyz that fails while etcd restarts is answered: the apiserver runs).
 func follow(ctx context.Context, plane *lab.Plane, node string, pres *presence, pc *http.Client) {
 	n, _ := plane.Node(node)
-	live := true
+	live, answering := true, true
 	for ctx.Err() == nil {
 		_, err := get(ctx, pc, n.URL()+"/readyz", "")
+		var unanswered *url.Error
+		switch silent := errors.As(err, &unanswered); {
+		case silent && answering && ctx.Err() == nil:
+			pres.stoppedAnswering(node, time.Now())
+			answering = false
+		case !silent:
+			answering = true
+		}
 		switch {
 		case err != nil && live:
 			pres.down(node, time.Now())

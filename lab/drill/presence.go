@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,6 +24,8 @@ type presence struct {
 	mu       sync.Mutex
 	live     map[string]string // node → version
 	departed []departure
+	silent   []nodeEvent                                     // when a node's apiserver stopped answering
+	ups      []nodeEvent                                     // when a node's apiserver was (back) up
 	catalog  map[string]map[schema.GroupVersionResource]bool // version → what it serves
 }
 
@@ -39,6 +42,7 @@ func (p *presence) up(node, version string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.live[node] = version
+	p.ups = append(p.ups, nodeEvent{node: node, at: time.Now()})
 }
 
 func (p *presence) down(node string, at time.Time) {
@@ -67,15 +71,24 @@ func (p *presence) served(gvr schema.GroupVersionResource) (live, inGrace bool) 
 	return live, inGrace
 }
 
-// stops lists when each node's apiserver went away, in order.
-func (p *presence) stops() []nodeEvent {
+// stoppedAnswering records that node's apiserver stopped answering at
+// at (refused or timed out, where it had answered, even with a failure).
+func (p *presence) stoppedAnswering(node string, at time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]nodeEvent, len(p.departed))
+	p.silent = append(p.silent, nodeEvent{node: node, at: at})
+}
+
+// history returns when each node's apiserver went away, stopped
+// answering and was up, in order.
+func (p *presence) history() (stops, silent, ups []nodeEvent) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	stops = make([]nodeEvent, len(p.departed))
 	for i, d := range p.departed {
-		out[i] = nodeEvent{node: d.node, at: d.at}
+		stops[i] = nodeEvent{node: d.node, at: d.at}
 	}
-	return out
+	return stops, slices.Clone(p.silent), slices.Clone(p.ups)
 }
 
 // servedAtAll reports whether a live server, or one within the grace,

@@ -133,23 +133,25 @@ func writeHandOffs(w io.Writer, results []*Result) {
 				"A request is **failed by the hand-over** when it fails (as a pinned client's request fails, any client) on a connection to the node "+
 				"within %s after the node's steering engaged, **failed by the hand-back** likewise within %s after it was released; each span ends early at "+
 				"the node's next steering change and when its own apiserver stops (a failure then is the restart's). "+
-				"*Kept* are those on a connection the drill used before steering engaged. "+
-				"**Engaged** is when the node first steered, against the first moment an apiserver of the run failed `/readyz` (negative: before it): "+
-				"the window must open on every node before the first apiserver stops.\n\n"+
-				"| mode | node | steering at the start | engaged (vs the first apiserver stop) | engagements | failed by the hand-over (kept) | released | releases | failed by the hand-back |\n|---|---|---|---|---|---|---|---|---|\n",
+				"*Kept* are those on a connection the drill used before steering engaged; the outcomes as the totals name them. "+
+				"A request sent on a connection from before the change while the node's apiserver was away (failing `/readyz`: a request hung while etcd restarts) is the restart's, not the change's. "+
+				"**Engaged** is when the node first steered, against the first moment an apiserver of the run stopped answering (refused or timed out) "+
+				"and the first moment one failed `/readyz` (kubeadm restarts etcd before the apiserver: its `/readyz` fails while it runs); negative: before it. "+
+				"The window must open on every node before the first apiserver stops.\n\n"+
+				"| mode | node | steering at the start | engaged (vs the first apiserver to stop answering; to fail /readyz) | engagements | failed by the hand-over (kept) | released | releases | failed by the hand-back |\n|---|---|---|---|---|---|---|---|---|\n",
 				steerPoll, ModeSkewgateAuto, "`--hand-back-wait`", handBackSpan, handOverSpan, handBackSpan)
 			header = true
 		}
 		var late []string
 		for _, h := range hs {
-			fmt.Fprintf(w, "| %s | %s | %t | %s | %d | **%d** (%d) | %s | %d | **%d** |\n", r.Mode, h.Node, h.Steering, engagedVsStop(r, h), h.Engages,
-				h.HandOver, h.Kept, sinceStart(r, h.Released), h.Releases, h.HandBack)
+			fmt.Fprintf(w, "| %s | %s | %t | %s | %d | **%d** (kept %d%s) | %s | %d | **%d**%s |\n", r.Mode, h.Node, h.Steering, engagedVsStop(r, h), h.Engages,
+				h.HandOver, h.Kept, byOutcome(h.OverBy, "; "), sinceStart(r, h.Released), h.Releases, h.HandBack, byOutcome(h.BackBy, " "))
 			if !h.EngagedBeforeStop() {
 				late = append(late, h.Node)
 			}
 		}
 		if len(late) > 0 {
-			fmt.Fprintf(w, "\n%s: the window did **not** open before the first apiserver stopped on %s.\n", r.Mode, strings.Join(late, ", "))
+			fmt.Fprintf(w, "\n%s: the window did **not** open before the first apiserver stopped answering on %s.\n", r.Mode, strings.Join(late, ", "))
 		}
 		writeHandOffFailures(w, r, hs)
 	}
@@ -166,7 +168,25 @@ func engagedVsStop(r *Result, h HandOff) string {
 	case h.FirstStop.IsZero():
 		return sinceStart(r, h.Engaged) + " (no apiserver stopped)"
 	}
-	return fmt.Sprintf("%s (%+.1f s)", sinceStart(r, h.Engaged), h.Engaged.Sub(h.FirstStop).Seconds())
+	vs := func(t time.Time) string {
+		if t.IsZero() {
+			return "none"
+		}
+		return fmt.Sprintf("%+.2f s", h.Engaged.Sub(t).Seconds())
+	}
+	return fmt.Sprintf("%s (%s; %s)", sinceStart(r, h.Engaged), vs(h.FirstSilent), vs(h.FirstStop))
+}
+
+// byOutcome renders failures by outcome after sep ("" if none).
+func byOutcome(m map[string]int, sep string) string {
+	if len(m) == 0 {
+		return ""
+	}
+	s := sep + routes(m)
+	if sep == " " {
+		s = " (" + routes(m) + ")"
+	}
+	return s
 }
 
 func sinceStart(r *Result, t time.Time) string {
