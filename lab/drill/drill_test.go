@@ -163,11 +163,14 @@ func TestHandOffs(t *testing.T) {
 	fail := func(node string, answered, conn float64) event {
 		return event{node: node, at: at(answered), outcome: Error, connAt: at(conn), detail: "reset"}
 	}
-	long := fail("node-a", 9, 1) // sent before node-a engaged, answered after
-	long.latency = 2 * time.Second
+	long := fail("node-a", 9, 1) // sent before node-a engaged, failed at once after
+	long.latency = 1500 * time.Millisecond
+	hung := fail("node-a", 5, 1) // sent before node-a engaged, failed 4 s after: a hang
+	hung.latency = 9 * time.Second
 	events := []event{
-		fail("node-a", 9, 1),  // before node-a engaged
-		long,                  // node-a's hand-over, on a kept connection
+		fail("node-a", 9, 1), // before node-a engaged
+		long,                 // node-a's hand-over, on a kept connection
+		hung,
 		fail("node-a", 16, 1), // after node-a's apiserver stopped: the restart's
 		{node: "node-a", at: at(12), outcome: OK, connAt: at(1)},
 		{node: "node-a", at: at(12), outcome: Unavailable, connAt: at(1)}, // no live server served it

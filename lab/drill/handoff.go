@@ -25,6 +25,12 @@ const handOverSpan = 30 * time.Second
 // connections asked to leave.
 const handBackSpan = 5*time.Minute + 30*time.Second
 
+// inFlightSpan bounds the failures a change can cause to requests sent
+// before it: it acts at an instant (a reset breaks what is in flight at
+// once), so one in flight that failed later was waiting on something else
+// (a client's timeout on a request etcd's restart hung, say).
+const inFlightSpan = time.Second
+
 // steerPoll is how often the drill reads every node's pins: a fifth of
 // the steering lease's renewal period.
 const steerPoll = 100 * time.Millisecond
@@ -204,15 +210,15 @@ func handOffs(events []event, nodes []string, hist nodeHistory) []HandOff {
 }
 
 // attribute counts the failed requests to h's node answered in [c.at,
-// end), but those sent on a connection from before c while the node's
+// end), but those sent before c and answered more than inFlightSpan after
+// it, and those sent on a connection from before c while the node's
 // apiserver was away: a direct connection to an apiserver that is
-// restarting (a request hung while etcd restarts, say) fails for the
-// restart, whatever steering does.
+// restarting fails for the restart, whatever steering does.
 func (h *HandOff) attribute(events []event, c steerChange, end time.Time, hist nodeHistory) {
 	for _, e := range events {
 		done := e.at.Add(e.latency)
 		if e.node != h.Node || !failed(e) || done.Before(c.at) || !done.Before(end) ||
-			e.connAt.Before(c.at) && hist.away(h.Node, e.at) {
+			e.at.Before(c.at) && done.Sub(c.at) > inFlightSpan || e.connAt.Before(c.at) && hist.away(h.Node, e.at) {
 			continue
 		}
 		if c.on {

@@ -134,12 +134,14 @@ func writeHandOffs(w io.Writer, results []*Result) {
 				"within %s after the node's steering engaged, **failed by the hand-back** likewise within %s after it was released; each span ends early at "+
 				"the node's next steering change and when its own apiserver stops (a failure then is the restart's). "+
 				"*Kept* are those on a connection the drill used before steering engaged; the outcomes as the totals name them. "+
-				"A request sent on a connection from before the change while the node's apiserver was away (failing `/readyz`: a request hung while etcd restarts) is the restart's, not the change's. "+
+				"A request sent before the change counts only if it failed within %s of it (a change acts at once: one that failed later was waiting on something else, "+
+				"such as a request etcd's restart hung until the client's timeout); one sent on a connection from before the change while the node's apiserver was away "+
+				"(failing `/readyz`) is the restart's. "+
 				"**Engaged** is when the node first steered, against the first moment an apiserver of the run stopped answering (refused or timed out) "+
 				"and the first moment one failed `/readyz` (kubeadm restarts etcd before the apiserver: its `/readyz` fails while it runs); negative: before it. "+
 				"The window must open on every node before the first apiserver stops.\n\n"+
 				"| mode | node | steering at the start | engaged (vs the first apiserver to stop answering; to fail /readyz) | engagements | failed by the hand-over (kept) | released | releases | failed by the hand-back |\n|---|---|---|---|---|---|---|---|---|\n",
-				steerPoll, ModeSkewgateAuto, "`--hand-back-wait`", handBackSpan, handOverSpan, handBackSpan)
+				steerPoll, ModeSkewgateAuto, "`--hand-back-wait`", handBackSpan, handOverSpan, handBackSpan, inFlightSpan)
 			header = true
 		}
 		var late []string
