@@ -2,6 +2,9 @@ package drill
 
 import (
 	"context"
+	"errors"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -244,5 +247,33 @@ func TestSteeringLog(t *testing.T) {
 	}
 	if _, changes := l.snapshot(); len(changes) != 1 || changes[0].on || changes[0].node != "node-a" {
 		t.Errorf("changes %v; want node-a released", changes)
+	}
+}
+
+// An apiserver stopped is a refused connection; one that answers with a
+// failure, or not in time, still runs.
+func TestRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	c := &http.Client{Timeout: time.Second}
+	_, err = c.Get("http://" + addr + "/readyz")
+	if !refused(err) {
+		t.Errorf("a closed port: %v, not refused", err)
+	}
+	hang, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hang.Close()
+	_, err = (&http.Client{Timeout: 200 * time.Millisecond}).Get("http://" + hang.Addr().String() + "/readyz")
+	if err == nil || refused(err) {
+		t.Errorf("a listener that never answers: %v, want a timeout, not refused", err)
+	}
+	if refused(errors.New("https://x/readyz: 500 Internal Server Error: etcd failed")) {
+		t.Error("a failed /readyz counts as refused")
 	}
 }

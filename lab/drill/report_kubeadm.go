@@ -137,7 +137,7 @@ func writeHandOffs(w io.Writer, results []*Result) {
 				"A request sent before the change counts only if it failed within %s of it (a change acts at once: one that failed later was waiting on something else, "+
 				"such as a request etcd's restart hung until the client's timeout); one sent on a connection from before the change while the node's apiserver was away "+
 				"(failing `/readyz`) is the restart's. "+
-				"**Engaged** is when the node first steered, against the first moment an apiserver of the run stopped answering (refused or timed out) "+
+				"**Engaged** is when the node first steered, against the first moment an apiserver of the run refused connections (stopped) "+
 				"and the first moment one failed `/readyz` (kubeadm restarts etcd before the apiserver: its `/readyz` fails while it runs); negative: before it. "+
 				"The window must open on every node before the first apiserver stops.\n\n"+
 				"| mode | node | steering at the start | engaged (vs the first apiserver to stop answering; to fail /readyz) | engagements | failed by the hand-over (kept) | released | releases | failed by the hand-back |\n|---|---|---|---|---|---|---|---|---|\n",
