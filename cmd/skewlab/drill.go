@@ -64,6 +64,7 @@ func newDrillCmd() *cobra.Command {
 	f.StringVar(&o.Image, "image", "", "with --kubeadm: skewgate's image archive (make image)")
 	f.StringVar(&o.ImageTag, "tag", "", "with --kubeadm: that image's tag (make image's VERSION)")
 	f.DurationVar(&o.Settle, "settle", time.Minute, "with --kubeadm: how long the controllers may settle before what was lost is counted")
+	f.DurationVar(&o.HandBackWait, "hand-back-wait", 17*time.Minute, "with --kubeadm, mode '"+drill.ModeSkewgateAuto+"': how long the workload may run on after the last step for every node's steering to be released and handed back")
 	f.Func("skewgate-arg", "a further flag of skewgate run for the skewgate modes, e.g. --skewgate-arg=--rollback-grace=0 (repeatable; the report names them)", func(v string) error {
 		o.SkewgateArgs = append(o.SkewgateArgs, v)
 		return nil

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"sync"
 	"time"
@@ -80,6 +81,12 @@ type Options struct {
 	// appended to the DaemonSet's.
 	SkewgateArgs []string
 	Settle       time.Duration
+	// HandBackWait bounds, on kubeadm in ModeSkewgateAuto, how long the
+	// workload runs on after the last step for every node's steering to be
+	// released and handed back (default 17 minutes: the window's default
+	// hold of 10, the hand-back's 5 and a half, and the upgrade Lease's
+	// minute).
+	HandBackWait time.Duration
 	// KeepFailed leaves a mode's plane up when the mode fails, its logs
 	// and node files there to read (`skewlab down --dir` removes it), and
 	// runs no further mode.
@@ -107,6 +114,9 @@ type Result struct {
 	gaps    map[string]int
 	Monitor *Monitoring // skewgate mode with Prometheus only
 	Loss    *Loss       // kubeadm only
+	// nodes is every node's steering, followed on its pins (kubeadm,
+	// skewgate modes), and its apiserver's comings and goings.
+	nodes nodeHistory
 }
 
 // Phase is a named span of the drill.
@@ -133,6 +143,9 @@ func (o *Options) defaults() {
 	}
 	if o.Settle == 0 {
 		o.Settle = time.Minute
+	}
+	if o.HandBackWait == 0 {
+		o.HandBackWait = 17 * time.Minute
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -245,7 +258,7 @@ func runMode(ctx context.Context, o Options, mode string) (_ *Result, err error)
 			return nil, err
 		}
 	}
-	res, err := drive(ctx, o, plane, pres)
+	res, err := drive(ctx, o, plane, pres, mode)
 	if err != nil {
 		return nil, err
 	}
@@ -256,9 +269,15 @@ func runMode(ctx context.Context, o Options, mode string) (_ *Result, err error)
 	return res, nil
 }
 
-// drive runs the workload through the steps and returns what it saw.
-func drive(ctx context.Context, o Options, plane *lab.Plane, pres *presence) (*Result, error) {
-	rec := newRecorder(pres.served)
+// drive runs the workload through the steps and returns what it saw; in
+// a skewgate mode on kubeadm it follows every node's steering and, in
+// ModeSkewgateAuto, runs on until steering was handed back.
+func drive(ctx context.Context, o Options, plane *lab.Plane, pres *presence, mode string) (*Result, error) {
+	addrs := map[netip.Addr]string{}
+	for _, n := range plane.Spec.Nodes {
+		addrs[n.IP] = n.Name
+	}
+	rec := newRecorder(pres.served, addrs)
 	lb := newBalancer(plane.Spec.Nodes)
 	var loss *losses
 	if o.Kubeadm {
@@ -271,6 +290,14 @@ func drive(ctx context.Context, o Options, plane *lab.Plane, pres *presence) (*R
 		return nil, err
 	}
 	go lb.check(wctx, pc)
+	var steer *steeringLog
+	if _, ok := skewgateModes[mode]; ok && o.Kubeadm {
+		steer = newSteeringLog()
+		go steer.follow(wctx, plane.Spec.Nodes, func(n lab.Node) (bool, error) {
+			st, err := lab.KubeletSteering(n)
+			return st.Steering(), err
+		})
+	}
 	res := &Result{Start: time.Now(), gaps: map[string]int{}}
 	gaps := &gapCounter{counts: res.gaps, served: pres.servedAtAll, owned: o.pair.Owned.GVR}
 	phase := func() string { rec.mu.Lock(); defer rec.mu.Unlock(); return rec.phase }
@@ -319,11 +346,23 @@ func drive(ctx context.Context, o Options, plane *lab.Plane, pres *presence) (*R
 		}
 		sleep(ctx, 3*time.Second) // the next node waits until this one serves
 	}
+	if steer != nil && mode == ModeSkewgateAuto {
+		begin("hand-back")
+		for deadline := time.Now().Add(o.HandBackWait); time.Now().Before(deadline) && !steer.handedBack(handBackSpan, time.Now()); {
+			if !sleep(ctx, time.Second) {
+				break
+			}
+		}
+	}
 	res.End = time.Now()
 	res.Phases[len(res.Phases)-1].End = res.End
 	stop()
 	<-done
 	res.events = rec.snapshot()
+	res.nodes.stops, res.nodes.silent, res.nodes.ups = pres.history()
+	if steer != nil {
+		res.nodes.initial, res.nodes.changes = steer.snapshot()
+	}
 	if loss != nil {
 		fmt.Fprintf(o.Progress, "drill:   counting what was lost, after %s\n", o.Settle)
 		res.Loss = loss.count(ctx, plane, o.Settle)

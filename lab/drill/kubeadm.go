@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -112,12 +113,21 @@ func moveKubeadm(ctx context.Context, plane *lab.Plane, s step, pres *presence, 
 
 // follow polls node's /readyz every 250 ms until ctx ends, marking it
 // away in pres at its first failure and back, with the version it serves,
-// when it passes again.
+// when it passes again; and noting when it stops answering at all (a
+// /readyz that fails or hangs while etcd restarts is not that: the
+// apiserver runs).
 func follow(ctx context.Context, plane *lab.Plane, node string, pres *presence, pc *http.Client) {
 	n, _ := plane.Node(node)
-	live := true
+	live, answering := true, true
 	for ctx.Err() == nil {
 		_, err := get(ctx, pc, n.URL()+"/readyz", "")
+		switch silent := refused(err); {
+		case silent && answering && ctx.Err() == nil:
+			pres.stoppedAnswering(node, time.Now())
+			answering = false
+		case !silent:
+			answering = true
+		}
 		switch {
 		case err != nil && live:
 			pres.down(node, time.Now())
@@ -133,6 +143,13 @@ func follow(ctx context.Context, plane *lab.Plane, node string, pres *presence, 
 		}
 		sleep(ctx, 250*time.Millisecond)
 	}
+}
+
+// refused reports whether err is a connection that could not be made:
+// nothing listens (a timeout may be an apiserver that hangs).
+func refused(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // replaceSkewgatePod deletes node's skewgate pod, if it runs one, right

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,12 +24,14 @@ type presence struct {
 	mu       sync.Mutex
 	live     map[string]string // node → version
 	departed []departure
+	silent   []nodeEvent                                     // when a node's apiserver stopped answering
+	ups      []nodeEvent                                     // when a node's apiserver was (back) up
 	catalog  map[string]map[schema.GroupVersionResource]bool // version → what it serves
 }
 
 type departure struct {
-	version string
-	at      time.Time
+	node, version string
+	at            time.Time
 }
 
 func newPresence() *presence {
@@ -39,13 +42,14 @@ func (p *presence) up(node, version string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.live[node] = version
+	p.ups = append(p.ups, nodeEvent{node: node, at: time.Now()})
 }
 
 func (p *presence) down(node string, at time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if v, ok := p.live[node]; ok {
-		p.departed = append(p.departed, departure{v, at})
+		p.departed = append(p.departed, departure{node, v, at})
 		delete(p.live, node)
 	}
 }
@@ -65,6 +69,26 @@ func (p *presence) served(gvr schema.GroupVersionResource) (live, inGrace bool) 
 		}
 	}
 	return live, inGrace
+}
+
+// stoppedAnswering records that node's apiserver stopped answering at
+// at (refused or timed out, where it had answered, even with a failure).
+func (p *presence) stoppedAnswering(node string, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.silent = append(p.silent, nodeEvent{node: node, at: at})
+}
+
+// history returns when each node's apiserver went away, stopped
+// answering and was up, in order.
+func (p *presence) history() (stops, silent, ups []nodeEvent) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	stops = make([]nodeEvent, len(p.departed))
+	for i, d := range p.departed {
+		stops[i] = nodeEvent{node: d.node, at: d.at}
+	}
+	return stops, slices.Clone(p.silent), slices.Clone(p.ups)
 }
 
 // servedAtAll reports whether a live server, or one within the grace,

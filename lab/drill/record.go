@@ -3,7 +3,10 @@ package drill
 import (
 	"bytes"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -55,6 +58,11 @@ type event struct {
 	// live: a live server served the requested type when it was
 	// answered (a 503 then failed a request that could have been served).
 	live bool
+	// node is the node whose address the request's connection reached
+	// ("" if it got none: a dial that failed); connAt is when the drill
+	// first saw that connection (its first request).
+	node   string
+	connAt time.Time
 }
 
 // recorder classifies and keeps every answer of one mode's run.
@@ -65,13 +73,40 @@ type recorder struct {
 	// the answer; an empty resource asks for the group/version.
 	served func(schema.GroupVersionResource) (live, grace bool)
 
+	// nodes names the node of each address clients dial.
+	nodes map[netip.Addr]string
+
 	mu     sync.Mutex
 	phase  string
 	events []event
+	// conns holds when each connection was first seen.
+	conns map[net.Conn]time.Time
 }
 
-func newRecorder(served func(schema.GroupVersionResource) (bool, bool)) *recorder {
-	return &recorder{classifier: route.NewClassifier(), served: served, phase: "start"}
+func newRecorder(served func(schema.GroupVersionResource) (bool, bool), nodes map[netip.Addr]string) *recorder {
+	return &recorder{classifier: route.NewClassifier(), served: served, nodes: nodes, phase: "start", conns: map[net.Conn]time.Time{}}
+}
+
+// traced returns req traced so that e learns the node its connection
+// reached and when the drill first saw that connection. Transports call
+// GotConn in RoundTrip, before it returns.
+func (r *recorder) traced(req *http.Request, e *event) *http.Request {
+	got := func(info httptrace.GotConnInfo) {
+		now := time.Now()
+		r.mu.Lock()
+		at, ok := r.conns[info.Conn]
+		if !ok {
+			at = now
+			r.conns[info.Conn] = at
+		}
+		r.mu.Unlock()
+		var node string
+		if ap, err := netip.ParseAddrPort(info.Conn.RemoteAddr().String()); err == nil {
+			node = r.nodes[ap.Addr().Unmap()]
+		}
+		e.node, e.connAt = node, at
+	}
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: got}))
 }
 
 func (r *recorder) setPhase(p string) {
@@ -94,8 +129,12 @@ func (r *recorder) Pinned(node string) func(http.RoundTripper) http.RoundTripper
 func (r *recorder) pinnedTo(node string, next http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		start := time.Now()
-		resp, err := next.RoundTrip(req)
-		e := event{at: start, latency: time.Since(start), pinned: node}
+		var e event
+		resp, err := next.RoundTrip(r.traced(req, &e))
+		e.at, e.latency, e.pinned = start, time.Since(start), node
+		if e.node == "" {
+			e.node = node // a pinned client dials its node's address only
+		}
 		info, cerr := r.classifier.Classify(req)
 		e.kind = kindOf(req, info.Kind)
 		if cerr == nil {

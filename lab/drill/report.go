@@ -42,7 +42,7 @@ func tally(events []event, gaps int) Tally {
 		t.Requests++
 		if e.pinned != "" {
 			t.Pinned++
-			if e.outcome != OK && (e.outcome != Unavailable || e.live) {
+			if failed(e) {
 				t.PinnedFailed++
 			}
 		}
@@ -137,6 +137,7 @@ func WriteReport(w io.Writer, results []*Result, o Options, command string, imag
 			t.Requests, t.False404, t.Grace404, t.Gaps, causes(t), t.UnavailableFor.Round(100*time.Millisecond), t.Errors, t.PinnedFailed, t.Pinned, ms(t.P50), ms(t.P99))
 	}
 	writeLosses(w, p, results)
+	writeHandOffs(w, results)
 	writeComparison(w, results)
 	for _, img := range images {
 		fmt.Fprintf(w, "\n![%s](%s)\n", img, img)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // writeKubeadmIntro says what the drill on the kubeadm lab did.
@@ -114,3 +115,105 @@ func orphanDetail(l *Loss) string {
 }
 
 func first(s []string, n int) []string { return s[:min(n, len(s))] }
+
+// writeHandOffs is the table of what each node's steering changes cost,
+// where the drill followed them.
+func writeHandOffs(w io.Writer, results []*Result) {
+	header := false
+	for _, r := range results {
+		hs := r.HandOffs()
+		if hs == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintf(w, "\n## The hand-over and the hand-back\n\nThe drill reads every node's steering from its pins every %s (as `skewgate steer status` does: on, a lease, a listener). "+
+				"In mode `%s` steering engages when the skew window opens (the hand-over: connections from before stay direct, nothing is reset) and is released "+
+				"when it closes (the hand-back: steered connections asked to leave with their next answer, watches ended cleanly, within 5 minutes); "+
+				"in that mode the drill runs its workload on after the last step (phase `hand-back`, at most %s) until every node was released %s ago. "+
+				"A request is **failed by the hand-over** when it fails (as a pinned client's request fails, any client) on a connection to the node "+
+				"within %s after the node's steering engaged, **failed by the hand-back** likewise within %s after it was released; each span ends early at "+
+				"the node's next steering change and when its own apiserver stops (a failure then is the restart's). "+
+				"*Kept* are those on a connection the drill used before steering engaged; the outcomes as the totals name them. "+
+				"A request sent before the change counts only if it failed within %s of it (a change acts at once: one that failed later was waiting on something else, "+
+				"such as a request etcd's restart hung until the client's timeout); one sent on a connection from before the change while the node's apiserver was away "+
+				"(failing `/readyz`) is the restart's. "+
+				"**Engaged** is when the node first steered, against the first moment an apiserver of the run refused connections (stopped) "+
+				"and the first moment one failed `/readyz` (kubeadm restarts etcd before the apiserver: its `/readyz` fails while it runs); negative: before it. "+
+				"The window must open on every node before the first apiserver stops.\n\n"+
+				"| mode | node | steering at the start | engaged (vs the first apiserver to stop answering; to fail /readyz) | engagements | failed by the hand-over (kept) | released | releases | failed by the hand-back |\n|---|---|---|---|---|---|---|---|---|\n",
+				steerPoll, ModeSkewgateAuto, "`--hand-back-wait`", handBackSpan, handOverSpan, handBackSpan, inFlightSpan)
+			header = true
+		}
+		var late []string
+		for _, h := range hs {
+			fmt.Fprintf(w, "| %s | %s | %t | %s | %d | **%d** (kept %d%s) | %s | %d | **%d**%s |\n", r.Mode, h.Node, h.Steering, engagedVsStop(r, h), h.Engages,
+				h.HandOver, h.Kept, byOutcome(h.OverBy, "; "), sinceStart(r, h.Released), h.Releases, h.HandBack, byOutcome(h.BackBy, " "))
+			if !h.EngagedBeforeStop() {
+				late = append(late, h.Node)
+			}
+		}
+		if len(late) > 0 {
+			fmt.Fprintf(w, "\n%s: the window did **not** open before the first apiserver stopped answering on %s.\n", r.Mode, strings.Join(late, ", "))
+		}
+		writeHandOffFailures(w, r, hs)
+	}
+}
+
+// engagedVsStop renders when h's node first steered, and how long before
+// (negative) or after the run's first apiserver stop.
+func engagedVsStop(r *Result, h HandOff) string {
+	switch {
+	case h.Steering:
+		return "from the start"
+	case h.Engaged.IsZero():
+		return "never"
+	case h.FirstStop.IsZero():
+		return sinceStart(r, h.Engaged) + " (no apiserver stopped)"
+	}
+	vs := func(t time.Time) string {
+		if t.IsZero() {
+			return "none"
+		}
+		return fmt.Sprintf("%+.2f s", h.Engaged.Sub(t).Seconds())
+	}
+	return fmt.Sprintf("%s (%s; %s)", sinceStart(r, h.Engaged), vs(h.FirstSilent), vs(h.FirstStop))
+}
+
+// byOutcome renders failures by outcome after sep ("" if none).
+func byOutcome(m map[string]int, sep string) string {
+	if len(m) == 0 {
+		return ""
+	}
+	s := sep + routes(m)
+	if sep == " " {
+		s = " (" + routes(m) + ")"
+	}
+	return s
+}
+
+func sinceStart(r *Result, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return fmt.Sprintf("+%.1fs", t.Sub(r.Start).Seconds())
+}
+
+// writeHandOffFailures lists the first requests failed by a hand-over or
+// a hand-back, with why.
+func writeHandOffFailures(w io.Writer, r *Result, hs []HandOff) {
+	header := false
+	for _, h := range hs {
+		for _, e := range h.Failures {
+			if !header {
+				fmt.Fprintf(w, "\n%s, the first requests failed by a hand-over or a hand-back:\n\n| answered | phase | node | client | request | resource | connection first used | why |\n|---|---|---|---|---|---|---|---|\n", r.Mode)
+				header = true
+			}
+			who := "load-balanced"
+			if e.pinned != "" {
+				who = "pinned"
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", sinceStart(r, e.at.Add(e.latency)), e.phase, h.Node, who, e.kind, gvrString(e.gvr),
+				sinceStart(r, e.connAt), strings.NewReplacer("|", `\|`, "\n", " ").Replace(e.outcome+": "+e.detail))
+		}
+	}
+}

@@ -36,6 +36,17 @@ const stateResolution = 30 * time.Second
 type savedState struct {
 	Version int           `json:"version"`
 	Servers []savedServer `json:"servers"`
+	// Window is the skew window while its hold lasts: a skewgate that
+	// restarts inside it (the rollback's last step replaces pods, say)
+	// keeps steering until the hold ends, as its peers do, instead of
+	// handing its connections back minutes before theirs.
+	Window *savedWindow `json:"window,omitempty"`
+}
+
+// savedWindow is when the members last differed, and how.
+type savedWindow struct {
+	Reason string    `json:"reason"`
+	Last   time.Time `json:"last"`
 }
 
 type savedServer struct {
@@ -78,6 +89,7 @@ func (m *Members) SaveState(path string) error {
 		st.Servers = append(st.Servers, saved)
 	}
 	m.mu.Unlock()
+	st.Window = m.savedWindow()
 	slices.SortFunc(st.Servers, func(a, b savedServer) int { return strings.Compare(a.URL, b.URL) })
 	data, err := json.Marshal(st)
 	if err != nil {
@@ -170,8 +182,29 @@ func (m *Members) Restore(path string) (int, error) {
 		return 0, fmt.Errorf("state file %s: layout %d, this build reads %d", path, st.Version, stateVersion)
 	}
 	n := m.restore(st.Servers, m.now())
+	if w := st.Window; w != nil {
+		m.skew.mu.Lock()
+		if w.Last.After(m.skew.last) {
+			m.skew.last, m.skew.reason = w.Last, w.Reason
+		}
+		m.skew.mu.Unlock()
+	}
 	m.publish()
 	return n, nil
+}
+
+// savedWindow is the window to save: nil once its hold is over. The
+// window's clock is the wall clock (Window reads it).
+func (m *Members) savedWindow() *savedWindow {
+	w := &m.skew
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last.IsZero() || !time.Now().Before(w.last.Add(m.cfg.WindowHold)) {
+		return nil
+	}
+	// Rounded up, so that the file is not rewritten at every read while
+	// the members differ: a restored hold lasts up to this much longer.
+	return &savedWindow{Reason: w.reason, Last: w.last.Truncate(stateResolution).Add(stateResolution)}
 }
 
 func (m *Members) restore(servers []savedServer, now time.Time) int {

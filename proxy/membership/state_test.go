@@ -523,3 +523,45 @@ func TestDepartedBackNotReReadIsUnknown(t *testing.T) {
 		t.Errorf("listed again: %s rule %s (%s), want the peer", d.Route, d.Rule, d.Reason)
 	}
 }
+
+// A skewgate that restarts inside the window's hold keeps the window open
+// until the hold ends (measured: the kubeadm drill's rollback replaced
+// node-a's pod, which went standby and handed its connections back while
+// node-b and node-c held the window 10 more minutes); one restarted after
+// the hold does not open it.
+func TestWindowSurvivesRestart(t *testing.T) {
+	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
+	members := func() *Members {
+		m, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u("10.0.0.2:6443")}, WindowHold: 10 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name string
+		ago  time.Duration // since the members last differed
+		open bool
+	}{{"inside the hold", 3 * time.Minute, true}, {"after the hold", 11 * time.Minute, false}} {
+		path := filepath.Join(t.TempDir(), "state.json")
+		first := members()
+		first.skew.last, first.skew.reason = time.Now().Add(-tc.ago), "versions differ: v1.35.4 on a; v1.36.3 on b"
+		if err := first.SaveState(path); err != nil {
+			t.Fatal(err)
+		}
+		next := members()
+		if _, err := next.Restore(path); err != nil {
+			t.Fatal(err)
+		}
+		w := next.Window()
+		if w.Open != tc.open {
+			t.Errorf("%s: restored window open %t (%+v), want %t", tc.name, w.Open, w, tc.open)
+		}
+		if want := time.Now().Add(10*time.Minute - tc.ago); tc.open && (w.Until.Before(want.Add(-time.Second)) || w.Until.After(want.Add(stateResolution))) {
+			t.Errorf("%s: restored window until %s, want %s (up to %s later)", tc.name, w.Until, want, stateResolution)
+		}
+		if tc.open && !strings.Contains(w.Reason, "versions differ") {
+			t.Errorf("%s: restored window's reason %q", tc.name, w.Reason)
+		}
+	}
+}
