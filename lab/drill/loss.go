@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -141,20 +140,7 @@ func (l *losses) count(ctx context.Context, plane *lab.Plane, settle time.Durati
 		out.Err = err.Error()
 		return out
 	}
-	have := map[string]bool{}
-	for _, k := range keys {
-		have[k] = true
-	}
-	owner := func(name string) bool {
-		return slices.ContainsFunc(keys, func(k string) bool {
-			return strings.HasSuffix(k, "/"+gcNamespace+"/"+name) && !strings.HasPrefix(k, "/registry/configmaps/")
-		})
-	}
-	for _, p := range l.pairs {
-		if !have["/registry/configmaps/"+gcNamespace+"/"+p.dependent] && owner(p.owner) {
-			out.GCDeleted = append(out.GCDeleted, p.dependent)
-		}
-	}
+	out.GCDeleted = gcDeleted(l.pairs, keys)
 	c, err := plane.AdminClient(plane.Spec.Nodes[0])
 	if err != nil {
 		out.Err = err.Error()
@@ -179,6 +165,31 @@ func (l *losses) count(ctx context.Context, plane *lab.Plane, settle time.Durati
 					out.OrphanKeys = append(out.OrphanKeys, k)
 				}
 			}
+		}
+	}
+	return out
+}
+
+// gcDeleted are the dependents of pairs that etcd's keys lack while they
+// hold their owner: the garbage collector deleted them although their
+// owner exists. A pair whose owner is gone too is not counted (the owner
+// was deleted, and the collector rightly followed).
+func gcDeleted(pairs []pair, keys []string) []string {
+	have := map[string]bool{}
+	owners := map[string]bool{} // names in gcNamespace of any type but configmaps
+	for _, k := range keys {
+		have[k] = true
+		if strings.HasPrefix(k, "/registry/configmaps/") {
+			continue
+		}
+		if res, ok := inNamespace(k, gcNamespace); ok && res != "" {
+			owners[k[strings.LastIndexByte(k, '/')+1:]] = true
+		}
+	}
+	var out []string
+	for _, p := range pairs {
+		if !have["/registry/configmaps/"+gcNamespace+"/"+p.dependent] && owners[p.owner] {
+			out = append(out, p.dependent)
 		}
 	}
 	return out
