@@ -80,6 +80,11 @@ type Options struct {
 	// appended to the DaemonSet's.
 	SkewgateArgs []string
 	Settle       time.Duration
+	// ControllerManagerLB points every kube-controller-manager (kubeadm:
+	// its own node's address) at an L4 load balancer over the nodes
+	// (kcmlb.go), as installations behind their own balancer do: the
+	// garbage collector's case.
+	ControllerManagerLB bool
 	// KeepFailed leaves a mode's plane up when the mode fails, its logs
 	// and node files there to read (`skewlab down --dir` removes it), and
 	// runs no further mode.
@@ -107,6 +112,9 @@ type Result struct {
 	gaps    map[string]int
 	Monitor *Monitoring // skewgate mode with Prometheus only
 	Loss    *Loss       // kubeadm only
+	// KCMConns are the connections the controller-managers' load
+	// balancer sent to each node, by name (ControllerManagerLB only).
+	KCMConns map[string]int
 }
 
 // Phase is a named span of the drill.
@@ -223,6 +231,17 @@ func runMode(ctx context.Context, o Options, mode string) (_ *Result, err error)
 			fmt.Fprintf(o.Progress, "drill: lab down: %v\n", err)
 		}
 	}()
+	var kcm *tcpBalancer
+	if o.Kubeadm && o.ControllerManagerLB {
+		if kcm, err = pointControllerManagers(ctx, plane, o); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if kcm != nil {
+				kcm.close()
+			}
+		}()
+	}
 	if _, ok := skewgateModes[mode]; ok && o.Kubeadm {
 		if err := deploySkewgate(ctx, plane, o, mode); err != nil {
 			return nil, err
@@ -250,6 +269,10 @@ func runMode(ctx context.Context, o Options, mode string) (_ *Result, err error)
 		return nil, err
 	}
 	res.Mode, res.Monitor = mode, mon
+	if kcm != nil {
+		// After the settle time: the controllers worked through it.
+		res.KCMConns, kcm = byNodeName(kcm.close(), plane.Spec.Nodes), nil
+	}
 	if mon != nil {
 		mon.check(ctx, res, o)
 	}
