@@ -112,9 +112,9 @@ type Result struct {
 	gaps    map[string]int
 	Monitor *Monitoring // skewgate mode with Prometheus only
 	Loss    *Loss       // kubeadm only
-	// KCMConns are the connections the controller-managers' load
-	// balancer sent to each node, by name (ControllerManagerLB only).
-	KCMConns map[string]int
+	// KCM is what the controller-managers' load balancer saw
+	// (ControllerManagerLB only).
+	KCM *KCMBalancer
 }
 
 // Phase is a named span of the drill.
@@ -238,7 +238,7 @@ func runMode(ctx context.Context, o Options, mode string) (_ *Result, err error)
 		}
 		defer func() {
 			if kcm != nil {
-				kcm.close()
+				kcm.close(plane.Spec.Nodes)
 			}
 		}()
 	}
@@ -271,7 +271,7 @@ func runMode(ctx context.Context, o Options, mode string) (_ *Result, err error)
 	res.Mode, res.Monitor = mode, mon
 	if kcm != nil {
 		// After the settle time: the controllers worked through it.
-		res.KCMConns, kcm = byNodeName(kcm.close(), plane.Spec.Nodes), nil
+		res.KCM, kcm = kcm.close(plane.Spec.Nodes), nil
 	}
 	if mon != nil {
 		mon.check(ctx, res, o)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/skewgate/skewgate/lab"
 )
 
@@ -43,9 +45,46 @@ type tcpBalancer struct {
 	ln    net.Listener
 	nodes *balancer
 	mu    sync.Mutex
-	conns map[string]int // node address → connections sent there
+	log   []lbConn
+	lead  []leader
 	open  map[net.Conn]bool
 	wg    sync.WaitGroup
+}
+
+// lbConn is one connection the balancer spliced: from a client address
+// to a node address, while.
+type lbConn struct {
+	from, to   string
+	start, end time.Time
+}
+
+// leader is who held the controller-managers' lease from at.
+type leader struct {
+	at     time.Time
+	holder string
+}
+
+// KCMBalancer is what the controller-managers' load balancer saw: every
+// connection, by node name (a controller-manager connects from its
+// node's address), and who led them when.
+type KCMBalancer struct {
+	Conns   []KCMConn
+	Leaders []KCMLeader
+}
+
+// KCMConn is one controller-manager connection: from node From's
+// controller-manager to node To's apiserver, from Start to End (zero:
+// open at the end).
+type KCMConn struct {
+	From, To   string
+	Start, End time.Time
+}
+
+// KCMLeader is the node whose controller-manager held the leader lease
+// from At.
+type KCMLeader struct {
+	At   time.Time
+	Node string
 }
 
 // startTCPBalancer listens on the bridge address and balances over
@@ -55,10 +94,11 @@ func startTCPBalancer(ctx context.Context, plane *lab.Plane, pc *http.Client) (*
 	if err != nil {
 		return nil, fmt.Errorf("controller-managers' load balancer: %w", err)
 	}
-	b := &tcpBalancer{ln: ln, nodes: newBalancer(plane.Spec.Nodes), conns: map[string]int{}, open: map[net.Conn]bool{}}
+	b := &tcpBalancer{ln: ln, nodes: newBalancer(plane.Spec.Nodes), open: map[net.Conn]bool{}}
 	cctx, cancel := context.WithCancel(ctx)
-	b.wg.Add(2)
+	b.wg.Add(3)
 	go func() { defer b.wg.Done(); b.nodes.check(cctx, pc) }()
+	go func() { defer b.wg.Done(); b.leaders(cctx, plane) }()
 	go func() { defer b.wg.Done(); defer cancel(); b.serve() }()
 	return b, nil
 }
@@ -88,10 +128,11 @@ func (b *tcpBalancer) splice(c net.Conn) {
 		return
 	}
 	defer s.Close()
-	if !b.track(c, s) {
+	i, ok := b.track(c, s)
+	if !ok {
 		return
 	}
-	defer b.untrack(c, s)
+	defer b.untrack(c, s, i)
 	done := make(chan struct{}, 2)
 	cp := func(dst, src net.Conn) {
 		io.Copy(dst, src)
@@ -110,28 +151,55 @@ func (b *tcpBalancer) splice(c net.Conn) {
 	<-done
 }
 
-// track records a spliced pair; false once the balancer closed.
-func (b *tcpBalancer) track(c, s net.Conn) bool {
+// track records a spliced pair and returns its log index; false once the
+// balancer closed.
+func (b *tcpBalancer) track(c, s net.Conn) (int, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.open == nil {
-		return false
+		return 0, false
 	}
-	b.conns[s.RemoteAddr().String()]++
+	from, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+	b.log = append(b.log, lbConn{from: from, to: s.RemoteAddr().String(), start: time.Now()})
 	b.open[c], b.open[s] = true, true
-	return true
+	return len(b.log) - 1, true
 }
 
-func (b *tcpBalancer) untrack(c, s net.Conn) {
+func (b *tcpBalancer) untrack(c, s net.Conn, i int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.open == nil {
+		return // closed by close: open at the end
+	}
+	b.log[i].end = time.Now()
 	delete(b.open, c)
 	delete(b.open, s)
 }
 
+// leaders polls the controller-managers' leader lease every second,
+// recording each change of holder ("node-a_<uid>": the node's name).
+func (b *tcpBalancer) leaders(ctx context.Context, plane *lab.Plane) {
+	c, err := plane.AdminClient(plane.Spec.Nodes[len(plane.Spec.Nodes)-1])
+	if err != nil {
+		return
+	}
+	for ctx.Err() == nil {
+		l, err := c.CoordinationV1().Leases("kube-system").Get(ctx, "kube-controller-manager", metav1.GetOptions{})
+		if err == nil && l.Spec.HolderIdentity != nil {
+			holder, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+			b.mu.Lock()
+			if n := len(b.lead); n == 0 || b.lead[n-1].holder != holder {
+				b.lead = append(b.lead, leader{time.Now(), holder})
+			}
+			b.mu.Unlock()
+		}
+		sleep(ctx, time.Second)
+	}
+}
+
 // close stops accepting, ends every spliced connection and waits for
-// every goroutine; it returns the connections sent to each node.
-func (b *tcpBalancer) close() map[string]int {
+// every goroutine; it returns what the balancer saw, by node name.
+func (b *tcpBalancer) close(nodes []lab.Node) *KCMBalancer {
 	b.ln.Close()
 	b.mu.Lock()
 	for c := range b.open {
@@ -140,7 +208,25 @@ func (b *tcpBalancer) close() map[string]int {
 	b.open = nil
 	b.mu.Unlock()
 	b.wg.Wait()
-	return b.conns
+	name := map[string]string{}
+	for _, n := range nodes {
+		name[n.IP.String()] = n.Name
+		name[net.JoinHostPort(n.IP.String(), fmt.Sprint(lab.APIServerPort))] = n.Name
+	}
+	nameOf := func(addr string) string {
+		if n, ok := name[addr]; ok {
+			return n
+		}
+		return addr
+	}
+	out := &KCMBalancer{}
+	for _, c := range b.log {
+		out.Conns = append(out.Conns, KCMConn{From: nameOf(c.from), To: nameOf(c.to), Start: c.start, End: c.end})
+	}
+	for _, l := range b.lead {
+		out.Leaders = append(out.Leaders, KCMLeader{At: l.at, Node: l.holder})
+	}
+	return out
 }
 
 // pointControllerManagers starts the balancer and points every
@@ -156,25 +242,18 @@ func pointControllerManagers(ctx context.Context, plane *lab.Plane, o Options) (
 	}
 	t0 := time.Now()
 	if err := plane.PointControllerManagers(ctx, b.URL(), kcmLBServerName, stepTimeout); err != nil {
-		b.close()
+		b.close(plane.Spec.Nodes)
 		return nil, err
 	}
 	fmt.Fprintf(o.Progress, "drill:   controller-managers through %s in %s\n", b.URL(), time.Since(t0).Round(100*time.Millisecond))
 	return b, nil
 }
 
-// byNodeName renames conns' node addresses by their nodes' names.
-func byNodeName(conns map[string]int, nodes []lab.Node) map[string]int {
-	name := map[string]string{}
-	for _, n := range nodes {
-		name[net.JoinHostPort(n.IP.String(), fmt.Sprint(lab.APIServerPort))] = n.Name
-	}
+// PerNode counts the connections to each node.
+func (k *KCMBalancer) PerNode() map[string]int {
 	out := map[string]int{}
-	for addr, c := range conns {
-		if n, ok := name[addr]; ok {
-			addr = n
-		}
-		out[addr] += c
+	for _, c := range k.Conns {
+		out[c.To]++
 	}
 	return out
 }
@@ -187,4 +266,38 @@ func connsText(conns map[string]int) string {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ", ")
+}
+
+// timeline renders, relative to t0, who led the controller-managers and
+// every connection of each node's controller-manager: "node-a: →node-b
+// −40s…+95s, →node-c +96s…".
+func (k *KCMBalancer) timeline(t0 time.Time) []string {
+	rel := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		d := t.Sub(t0).Round(time.Second)
+		if d < 0 {
+			return "−" + (-d).String()
+		}
+		return "+" + d.String()
+	}
+	var leads []string
+	for _, l := range k.Leaders {
+		leads = append(leads, l.Node+" "+rel(l.At))
+	}
+	out := []string{"leader: " + strings.Join(leads, ", ")}
+	by := map[string][]string{}
+	var froms []string
+	for _, c := range k.Conns {
+		if by[c.From] == nil {
+			froms = append(froms, c.From)
+		}
+		by[c.From] = append(by[c.From], "→"+c.To+" "+rel(c.Start)+"…"+rel(c.End))
+	}
+	sort.Strings(froms)
+	for _, f := range froms {
+		out = append(out, f+"'s: "+strings.Join(by[f], ", "))
+	}
+	return out
 }

@@ -142,10 +142,15 @@ func writeKCMBalancer(w io.Writer, results []*Result) {
 		"garbage collector can map an owner's type from one server's discovery and ask another for the owner. The balancer's connections to a "+
 		"node's address are a client's like any other: without skewgate they reach the node's apiserver; with the in-tree proxy, that apiserver, "+
 		"which proxies to a peer what it does not serve; where skewgate steers, the node's skewgate (nothing exempts the balancer's address). "+
-		"Connections it made, per node:\n\n", lab.BridgeAddr, kcmLBPort)
+		"Connections it made, per node, then who held the controller-managers' leader lease and each node's controller-manager's connections "+
+		"(to which apiserver, from…until, relative to the drill's start; a controller-manager restarts with its node's upgrade and rollback):\n\n", lab.BridgeAddr, kcmLBPort)
 	for _, r := range results {
-		if r.KCMConns != nil {
-			fmt.Fprintf(w, "- %s: %s\n", r.Mode, connsText(r.KCMConns))
+		if r.KCM == nil {
+			continue
+		}
+		fmt.Fprintf(w, "- %s: %s\n", r.Mode, connsText(r.KCM.PerNode()))
+		for _, line := range r.KCM.timeline(r.Start) {
+			fmt.Fprintf(w, "  - %s\n", line)
 		}
 	}
 }
