@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/skewgate/skewgate/lab"
 )
@@ -102,9 +103,13 @@ func createPair(ctx context.Context, dyn dynamic.Interface, t NewType, ns string
 	return p, err == nil
 }
 
-// owners creates an owned pair in gcNamespace every 2 s; outside the
-// window (no server serves the owned type) the owner's create fails and
-// nothing is recorded.
+// owners creates an owned pair in gcNamespace every 2 s, each attempt on
+// a new connection through the load balancer, retried on up to two more
+// if it fails, as a user retries `kubectl create`; outside the window (no
+// server serves the owned type) every attempt fails and nothing is
+// recorded. One kept connection would stay on the server it reached
+// first: without skewgate an old one, and no pair would ever exist for
+// the garbage collector to lose.
 func (c clients) owners(ctx context.Context) {
 	dyn, err := c.dynamic()
 	if err != nil {
@@ -118,11 +123,30 @@ func (c clients) owners(ctx context.Context) {
 		sleep(ctx, time.Second)
 	}
 	for n := 0; ctx.Err() == nil; n++ {
-		if p, ok := createPair(ctx, dyn, c.pair.Owned, gcNamespace, n); ok {
-			c.loss.addPair(p)
+		for range 3 {
+			if p, ok := c.freshPair(ctx, n); ok {
+				c.loss.addPair(p)
+				break
+			}
 		}
 		sleep(ctx, 2*time.Second)
 	}
+}
+
+// freshPair creates pair n on a client of its own, its connection closed
+// after.
+func (c clients) freshPair(ctx context.Context, n int) (pair, bool) {
+	cfg := c.config()
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return pair{}, false
+	}
+	defer hc.CloseIdleConnections()
+	dyn, err := dynamic.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return pair{}, false
+	}
+	return createPair(ctx, dyn, c.pair.Owned, gcNamespace, n)
 }
 
 var namespaces = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}

@@ -61,7 +61,8 @@ func writeLosses(w io.Writer, o Options, results []*Result) {
 	}
 	kind, gv := p.Owned.Kind, p.Owned.GVR.GroupVersion()
 	fmt.Fprintf(w, "\n## What users lose\n\nThroughout the drill the workload creates, every 2 s, a `%s` %s in `%s` and a ConfigMap it owns "+
-		"(an `ownerReference` with the %s's uid; outside the window no server serves %s and nothing is created), and every 8 s a namespace holding such a pair "+
+		"(an `ownerReference` with the %s's uid; each attempt on a new connection through the load balancer, retried on up to two more, "+
+		"as a user retries a create; outside the window no server serves %s and nothing is created), and every 8 s a namespace holding such a pair "+
 		"and a ConfigMap, deleted at once and left to the real namespace controller. After the drill, and after a settle time for the controllers, "+
 		"etcd's keys are read directly (the rolled-back plane serves no %s): **dependents deleted by the garbage collector although their owner exists** "+
 		"(the ConfigMap is gone, its %s is in etcd: the garbage collector got a 404 for the owner), **namespaces stuck terminating** (a deleted namespace "+
