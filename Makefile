@@ -123,6 +123,8 @@ lab-down: build
 # picks modes (comma-separated, as skewlab drill --help lists them).
 # FROM and TO pick the upgrade (skewlab drill --help lists the pairs):
 # FROM=v1.36.3 TO=v1.37.2 is the next one, both sides on their defaults.
+# KCM_LB=on (with KUBEADM=on) points the controller-managers at an L4 load
+# balancer over the nodes: the garbage collector's case.
 DRILL_MODES ?=
 FROM      ?= v1.35.4
 TO        ?= v1.36.3
@@ -130,7 +132,7 @@ upgrade-drill: build $(if $(filter on,$(KUBEADM)),image kubelet-packages,)
 	@command -v prometheus >/dev/null || { apt-get update && apt-get install -y prometheus; }
 	$(BIN)/skewlab build --versions $(FROM),$(TO) $(if $(filter on,$(KUBEADM)),--kubeadm,)
 	$(BIN)/skewlab drill --dir $(LAB_DIR) --from $(FROM) --to $(TO) --skewgate $(BIN)/skewgate $(if $(DRILL_MODES),--modes '$(DRILL_MODES)',) \
-		$(if $(filter on,$(KUBEADM)),--kubeadm --image $(BIN)/skewgate-image.tar --tag $(VERSION),)
+		$(if $(filter on,$(KUBEADM)),--kubeadm --image $(BIN)/skewgate-image.tar --tag $(VERSION),) $(if $(filter on,$(KCM_LB)),--controller-manager-lb,)
 
 demo: lab-build
 	./deploy/demo.sh

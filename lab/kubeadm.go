@@ -475,7 +475,8 @@ func kubeadmKubeletArgs(flagsEnv string) ([]string, error) {
 }
 
 // StartKubeadmKubelet (re)starts node n's kubelet (of the node's version)
-// with the flags kubeadm wrote, as `systemctl restart kubelet` would.
+// with the flags kubeadm wrote, as `systemctl restart kubelet` would: the
+// old one stopped for good, the new one restarted whenever it exits.
 func (p *Plane) StartKubeadmKubelet(ctx context.Context, n Node) error {
 	if old, ok := p.State.Proc("kubelet-" + n.Name); ok {
 		if err := old.Stop(stopGrace); err != nil {
@@ -510,8 +511,7 @@ func (p *Plane) StartKubeadmKubelet(ctx context.Context, n Node) error {
 	if !ok {
 		return fmt.Errorf("kubelet on %s: no kubelet %s built", n.Name, v)
 	}
-	_, err = p.startLabProcess("kubelet-"+n.Name, bin, append(args, "--v=1"),
-		func(cmd *exec.Cmd) error { return startInMountNSOf(n, ctrd.PID, cmd) })
+	_, err = p.startKubelet(n, bin, append(args, "--v=1"), ctrd)
 	return err
 }
 

@@ -98,9 +98,18 @@ func (p *Plane) startNodeRuntime(ctx context.Context, n Node, kubelet, pause str
 	if err := importImage(ctx, f.path("containerd.sock"), pause); err != nil {
 		return err
 	}
-	_, err = p.startLabProcess("kubelet-"+n.Name, kubelet, kubeletArgs(f),
-		func(cmd *exec.Cmd) error { return startInMountNSOf(n, ctrd.PID, cmd) })
+	_, err = p.startKubelet(n, kubelet, kubeletArgs(f), ctrd)
 	return err
+}
+
+// startKubelet starts node n's kubelet bin with args in the mount
+// namespace of its containerd, under a supervisor that restarts it as
+// kubelet.service does (supervise.go); the supervisor is the recorded
+// process, and the kubelet's log records each exit.
+func (p *Plane) startKubelet(n Node, bin string, args []string, ctrd Proc) (Proc, error) {
+	path, args, env := superviseArgs(bin, args, kubeletRestartDelay)
+	return p.startLabProcessEnv("kubelet-"+n.Name, path, args, env,
+		func(cmd *exec.Cmd) error { return startInMountNSOf(n, ctrd.PID, cmd) })
 }
 
 // prepareNode writes node f's files: kubeadm's pki, configs, the kubelet's
@@ -141,6 +150,12 @@ func kubeletArgs(f nodeFiles) []string {
 // startLabProcess starts a recorded lab process with start, logging to
 // logs/<name>.log.
 func (p *Plane) startLabProcess(name, bin string, args []string, start func(*exec.Cmd) error) (Proc, error) {
+	return p.startLabProcessEnv(name, bin, args, nil, start)
+}
+
+// startLabProcessEnv is startLabProcess with env added to this process's
+// environment.
+func (p *Plane) startLabProcessEnv(name, bin string, args, env []string, start func(*exec.Cmd) error) (Proc, error) {
 	log, err := os.OpenFile(p.logFile(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return Proc{}, fmt.Errorf("open log for %s: %w", name, err)
@@ -148,6 +163,9 @@ func (p *Plane) startLabProcess(name, bin string, args []string, start func(*exe
 	defer log.Close()
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	if err := start(cmd); err != nil {
 		return Proc{}, fmt.Errorf("start %s: %w", name, err)
 	}

@@ -63,6 +63,7 @@ func newDrillCmd() *cobra.Command {
 	f.BoolVar(&o.Kubeadm, "kubeadm", false, "on the kubeadm lab: kubeadm upgrade apply/node, kubelets, rollback from kubeadm's backups, skewgate as its DaemonSet (make upgrade-drill KUBEADM=on)")
 	f.StringVar(&o.Image, "image", "", "with --kubeadm: skewgate's image archive (make image)")
 	f.StringVar(&o.ImageTag, "tag", "", "with --kubeadm: that image's tag (make image's VERSION)")
+	f.BoolVar(&o.ControllerManagerLB, "controller-manager-lb", false, "with --kubeadm: point every kube-controller-manager at an L4 load balancer over the nodes instead of its own node's address (the garbage collector's case)")
 	f.DurationVar(&o.Settle, "settle", time.Minute, "with --kubeadm: how long the controllers may settle before what was lost is counted")
 	f.DurationVar(&o.HandBackWait, "hand-back-wait", 17*time.Minute, "with --kubeadm, mode '"+drill.ModeSkewgateAuto+"': how long the workload may run on after the last step for every node's steering to be released and handed back")
 	f.Func("skewgate-arg", "a further flag of skewgate run for the skewgate modes, e.g. --skewgate-arg=--rollback-grace=0 (repeatable; the report names them)", func(v string) error {
@@ -96,6 +97,9 @@ func rerun(o drill.Options) string {
 		if o.Kubeadm {
 			cmd += " --kubeadm"
 		}
+		if o.ControllerManagerLB {
+			cmd += " --controller-manager-lb"
+		}
 		if modes != "" {
 			cmd += " --modes '" + modes + "'"
 		}
@@ -107,6 +111,9 @@ func rerun(o drill.Options) string {
 	}
 	if o.Kubeadm {
 		command += " KUBEADM=on"
+	}
+	if o.ControllerManagerLB {
+		command += " KCM_LB=on"
 	}
 	if modes != "" {
 		command += " DRILL_MODES='" + modes + "'"

@@ -87,6 +87,11 @@ type Options struct {
 	// hold of 10, the hand-back's 5 and a half, and the upgrade Lease's
 	// minute).
 	HandBackWait time.Duration
+	// ControllerManagerLB points every kube-controller-manager (kubeadm:
+	// its own node's address) at an L4 load balancer over the nodes
+	// (kcmlb.go), as installations behind their own balancer do: the
+	// garbage collector's case.
+	ControllerManagerLB bool
 	// KeepFailed leaves a mode's plane up when the mode fails, its logs
 	// and node files there to read (`skewlab down --dir` removes it), and
 	// runs no further mode.
@@ -117,6 +122,9 @@ type Result struct {
 	// nodes is every node's steering, followed on its pins (kubeadm,
 	// skewgate modes), and its apiserver's comings and goings.
 	nodes nodeHistory
+	// KCM is what the controller-managers' load balancer saw
+	// (ControllerManagerLB only).
+	KCM *KCMBalancer
 }
 
 // Phase is a named span of the drill.
@@ -236,6 +244,17 @@ func runMode(ctx context.Context, o Options, mode string) (_ *Result, err error)
 			fmt.Fprintf(o.Progress, "drill: lab down: %v\n", err)
 		}
 	}()
+	var kcm *tcpBalancer
+	if o.Kubeadm && o.ControllerManagerLB {
+		if kcm, err = pointControllerManagers(ctx, plane, o); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if kcm != nil {
+				kcm.close(plane.Spec.Nodes)
+			}
+		}()
+	}
 	if _, ok := skewgateModes[mode]; ok && o.Kubeadm {
 		if err := deploySkewgate(ctx, plane, o, mode); err != nil {
 			return nil, err
@@ -263,6 +282,10 @@ func runMode(ctx context.Context, o Options, mode string) (_ *Result, err error)
 		return nil, err
 	}
 	res.Mode, res.Monitor = mode, mon
+	if kcm != nil {
+		// After the settle time: the controllers worked through it.
+		res.KCM, kcm = kcm.close(plane.Spec.Nodes), nil
+	}
 	if mon != nil {
 		mon.check(ctx, res, o)
 	}

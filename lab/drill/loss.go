@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/skewgate/skewgate/lab"
 )
@@ -103,9 +103,13 @@ func createPair(ctx context.Context, dyn dynamic.Interface, t NewType, ns string
 	return p, err == nil
 }
 
-// owners creates an owned pair in gcNamespace every 2 s; outside the
-// window (no server serves the owned type) the owner's create fails and
-// nothing is recorded.
+// owners creates an owned pair in gcNamespace every 2 s, each attempt on
+// a new connection through the load balancer, retried on up to two more
+// if it fails, as a user retries `kubectl create`; outside the window (no
+// server serves the owned type) every attempt fails and nothing is
+// recorded. One kept connection would stay on the server it reached
+// first: without skewgate an old one, and no pair would ever exist for
+// the garbage collector to lose.
 func (c clients) owners(ctx context.Context) {
 	dyn, err := c.dynamic()
 	if err != nil {
@@ -119,11 +123,30 @@ func (c clients) owners(ctx context.Context) {
 		sleep(ctx, time.Second)
 	}
 	for n := 0; ctx.Err() == nil; n++ {
-		if p, ok := createPair(ctx, dyn, c.pair.Owned, gcNamespace, n); ok {
-			c.loss.addPair(p)
+		for range 3 {
+			if p, ok := c.freshPair(ctx, n); ok {
+				c.loss.addPair(p)
+				break
+			}
 		}
 		sleep(ctx, 2*time.Second)
 	}
+}
+
+// freshPair creates pair n on a client of its own, its connection closed
+// after.
+func (c clients) freshPair(ctx context.Context, n int) (pair, bool) {
+	cfg := c.config()
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return pair{}, false
+	}
+	defer hc.CloseIdleConnections()
+	dyn, err := dynamic.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return pair{}, false
+	}
+	return createPair(ctx, dyn, c.pair.Owned, gcNamespace, n)
 }
 
 var namespaces = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
@@ -141,20 +164,7 @@ func (l *losses) count(ctx context.Context, plane *lab.Plane, settle time.Durati
 		out.Err = err.Error()
 		return out
 	}
-	have := map[string]bool{}
-	for _, k := range keys {
-		have[k] = true
-	}
-	owner := func(name string) bool {
-		return slices.ContainsFunc(keys, func(k string) bool {
-			return strings.HasSuffix(k, "/"+gcNamespace+"/"+name) && !strings.HasPrefix(k, "/registry/configmaps/")
-		})
-	}
-	for _, p := range l.pairs {
-		if !have["/registry/configmaps/"+gcNamespace+"/"+p.dependent] && owner(p.owner) {
-			out.GCDeleted = append(out.GCDeleted, p.dependent)
-		}
-	}
+	out.GCDeleted = gcDeleted(l.pairs, keys)
 	c, err := plane.AdminClient(plane.Spec.Nodes[0])
 	if err != nil {
 		out.Err = err.Error()
@@ -179,6 +189,31 @@ func (l *losses) count(ctx context.Context, plane *lab.Plane, settle time.Durati
 					out.OrphanKeys = append(out.OrphanKeys, k)
 				}
 			}
+		}
+	}
+	return out
+}
+
+// gcDeleted are the dependents of pairs that etcd's keys lack while they
+// hold their owner: the garbage collector deleted them although their
+// owner exists. A pair whose owner is gone too is not counted (the owner
+// was deleted, and the collector rightly followed).
+func gcDeleted(pairs []pair, keys []string) []string {
+	have := map[string]bool{}
+	owners := map[string]bool{} // names in gcNamespace of any type but configmaps
+	for _, k := range keys {
+		have[k] = true
+		if strings.HasPrefix(k, "/registry/configmaps/") {
+			continue
+		}
+		if res, ok := inNamespace(k, gcNamespace); ok && res != "" {
+			owners[k[strings.LastIndexByte(k, '/')+1:]] = true
+		}
+	}
+	var out []string
+	for _, p := range pairs {
+		if !have["/registry/configmaps/"+gcNamespace+"/"+p.dependent] && owners[p.owner] {
+			out = append(out, p.dependent)
 		}
 	}
 	return out

@@ -136,7 +136,7 @@ func WriteReport(w io.Writer, results []*Result, o Options, command string, imag
 		fmt.Fprintf(w, "| %s | %s | %d | **%d** | %d | %d | %s | %s | %d | %d of %d | %s | %s |\n", r.Mode, r.End.Sub(r.Start).Round(time.Second),
 			t.Requests, t.False404, t.Grace404, t.Gaps, causes(t), t.UnavailableFor.Round(100*time.Millisecond), t.Errors, t.PinnedFailed, t.Pinned, ms(t.P50), ms(t.P99))
 	}
-	writeLosses(w, p, results)
+	writeLosses(w, o, results)
 	writeHandOffs(w, results)
 	writeComparison(w, results)
 	for _, img := range images {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/skewgate/skewgate/lab"
 )
 
 // writeKubeadmIntro says what the drill on the kubeadm lab did.
@@ -22,10 +24,10 @@ func writeKubeadmIntro(w io.Writer, o Options, command string) {
 		"A load balancer spreads the workload's connections over the nodes whose `/readyz` passes: informers (list + watch) on configmaps, "+
 		"%s (%s), "+
 		"creates/updates/deletes, lists and gets, discovery refreshes as kubectl does them; one **pinned client per node** on that node's own address "+
-		"on one kept connection. The cluster's own **kube-controller-manager and kube-scheduler** (static pods of each node's version, through the node's "+
-		"own address as kubeadm's kubeconfigs name it) run throughout: their requests are not in the counts below, what their garbage collector and "+
+		"on one kept connection. The cluster's own **kube-controller-manager and kube-scheduler** (static pods of each node's version, %s) "+
+		"run throughout: their requests are not in the counts below, what their garbage collector and "+
 		"namespace controller do is (*What users lose*). skewgate runs as users run it: the DaemonSet of `deploy/kubernetes` on kubeadm's PKI.\n\n",
-		p.From, configEdit(p), p.To, p.To, p.To, p.From, o.Steady, p.newTypes(), p.onlyTo())
+		p.From, configEdit(p), p.To, p.To, p.To, p.From, o.Steady, p.newTypes(), p.onlyTo(), controllerManagersReach(o))
 }
 
 // configEdit is what the operator adds to kubeadm's ClusterConfiguration
@@ -37,8 +39,20 @@ func configEdit(p Pair) string {
 	return p.Config + " added to `apiServer.extraArgs` of the `kubeadm-config` ClusterConfiguration, "
 }
 
+// controllerManagersReach says how the controller-managers reach the
+// apiservers.
+func controllerManagersReach(o Options) string {
+	if o.ControllerManagerLB {
+		return fmt.Sprintf("the **controller-managers through an L4 load balancer** over the three nodes (`controller-manager.conf` pointed at it "+
+			"before the drill, `tls-server-name: %s`; each connection to the next node whose `/readyz` passes), the schedulers through "+
+			"their node's own address as kubeadm's kubeconfigs name it", kcmLBServerName)
+	}
+	return "through the node's own address as kubeadm's kubeconfigs name it"
+}
+
 // writeLosses is the table of what each mode lost, where it was counted.
-func writeLosses(w io.Writer, p Pair, results []*Result) {
+func writeLosses(w io.Writer, o Options, results []*Result) {
+	p := o.pair
 	var any bool
 	for _, r := range results {
 		any = any || r.Loss != nil
@@ -48,7 +62,8 @@ func writeLosses(w io.Writer, p Pair, results []*Result) {
 	}
 	kind, gv := p.Owned.Kind, p.Owned.GVR.GroupVersion()
 	fmt.Fprintf(w, "\n## What users lose\n\nThroughout the drill the workload creates, every 2 s, a `%s` %s in `%s` and a ConfigMap it owns "+
-		"(an `ownerReference` with the %s's uid; outside the window no server serves %s and nothing is created), and every 8 s a namespace holding such a pair "+
+		"(an `ownerReference` with the %s's uid; each attempt on a new connection through the load balancer, retried on up to two more, "+
+		"as a user retries a create; outside the window no server serves %s and nothing is created), and every 8 s a namespace holding such a pair "+
 		"and a ConfigMap, deleted at once and left to the real namespace controller. After the drill, and after a settle time for the controllers, "+
 		"etcd's keys are read directly (the rolled-back plane serves no %s): **dependents deleted by the garbage collector although their owner exists** "+
 		"(the ConfigMap is gone, its %s is in etcd: the garbage collector got a 404 for the owner), **namespaces stuck terminating** (a deleted namespace "+
@@ -84,13 +99,19 @@ func writeLosses(w io.Writer, p Pair, results []*Result) {
 			fmt.Fprintln(w)
 		}
 	}
+	if o.ControllerManagerLB {
+		writeKCMBalancer(w, results)
+	}
 	gc := 0
 	for _, r := range results {
 		if r.Loss != nil {
 			gc += len(r.Loss.GCDeleted)
 		}
 	}
-	if gc == 0 {
+	switch {
+	case gc == 0 && o.ControllerManagerLB:
+		fmt.Fprintf(w, "\nNo mode lost a dependent to the garbage collector, even through the load balancer. "+whyNoGCLossLB+"\n")
+	case gc == 0:
 		fmt.Fprintf(w, "\nNo mode lost a dependent to the garbage collector. "+whyNoGCLoss+"\n", p.Owned.GVR.GroupVersion(), p.Owned.Kind, p.Owned.GVR.GroupVersion(), p.Owned.Kind)
 	}
 	if !lost {
@@ -106,6 +127,35 @@ const whyNoGCLoss = "kubeadm's controller-manager talks to its own node's apiser
 	"Its namespace controller, though, finishes a namespace without the types its discovery lacks: the orphans above. " +
 	"A garbage collector's false 404 needs discovery from one server and the owner from another, e.g. a controller-manager pointed at a load balancer " +
 	"or the VIP across mixed versions; the drill does not run one."
+
+// whyNoGCLossLB is what a garbage collector's false 404 needs through
+// the balancer, which a run without one did not meet.
+const whyNoGCLossLB = "The false 404 needs, at the moment the garbage collector checks a dependent's owner, the controller-manager's REST mapper " +
+	"(its own connection) to have read discovery from a server that serves the owner's type and the garbage collector's reads " +
+	"(the service-account connection) to reach one that does not; the connections per node above say where they went."
+
+// writeKCMBalancer says how the controller-managers reached the
+// apiservers in each mode.
+func writeKCMBalancer(w io.Writer, results []*Result) {
+	fmt.Fprintf(w, "\nHow the controller-managers reached the apiservers: every kube-controller-manager's kubeconfig names an L4 load balancer "+
+		"in the lab's root namespace (`https://%s:%d`), which sends each new connection to the next node whose `/readyz` passes, as haproxy's "+
+		"`mode tcp` with `balance roundrobin` does. A controller-manager opens more than one connection there: its REST mapper reads discovery "+
+		"with its own certificate, its controllers (kubeadm's `--use-service-account-credentials`) with service-account tokens on another, so the "+
+		"garbage collector can map an owner's type from one server's discovery and ask another for the owner. The balancer's connections to a "+
+		"node's address are a client's like any other: without skewgate they reach the node's apiserver; with the in-tree proxy, that apiserver, "+
+		"which proxies to a peer what it does not serve; where skewgate steers, the node's skewgate (nothing exempts the balancer's address). "+
+		"Connections it made, per node, then who held the controller-managers' leader lease and each node's controller-manager's connections "+
+		"(to which apiserver, from…until, relative to the drill's start; a controller-manager restarts with its node's upgrade and rollback):\n\n", lab.BridgeAddr, kcmLBPort)
+	for _, r := range results {
+		if r.KCM == nil {
+			continue
+		}
+		fmt.Fprintf(w, "- %s: %s\n", r.Mode, connsText(r.KCM.PerNode()))
+		for _, line := range r.KCM.timeline(r.Start) {
+			fmt.Fprintf(w, "  - %s\n", line)
+		}
+	}
+}
 
 func orphanDetail(l *Loss) string {
 	if len(l.Orphans) == 0 {
