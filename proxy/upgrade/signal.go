@@ -40,9 +40,13 @@ type Config struct {
 	// OnChange, if set, is called after Signal's answer changed, so the
 	// caller re-evaluates at once rather than at its next poll.
 	OnChange func()
-	// PollInterval is how often the manifest is read (default 1 s: the
-	// kubelet itself checks its manifests every 20 s, so the signal comes
-	// well before the restart).
+	// PollInterval is how often the manifest is read (default 1 s). The
+	// kubelet watches its manifest directory and restarts the apiserver
+	// within a moment of the new manifest, so the signal comes with the
+	// restart, not before it (the kubeadm drill: the window opened
+	// 0.07–0.7 s after the old apiserver stopped; kubeadm's own copy of
+	// the new manifests under /etc/kubernetes/tmp, written ~20 s earlier,
+	// is not read yet).
 	PollInterval time.Duration
 	// RenewInterval and LeaseDuration: the lease is renewed this often
 	// while the upgrade lasts and holds this long after the last renewal
