@@ -50,6 +50,12 @@ func TestKubeadm(t *testing.T) {
 		// Mode auto, the DaemonSet's default, on one version: nothing to
 		// fix, nothing in the path.
 		want(t, b, http.StatusNotFound, "", "one version, mode auto: the apiserver's own answer")
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Run("routine events", func(t *testing.T) { routine(t) })
+	t.Run("armed", func(t *testing.T) {
 		// The runbook's first step before kubeadm upgrade: arm the cluster.
 		armed := time.Now()
 		runbook(t, a, "1", 0)
