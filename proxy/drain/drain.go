@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,6 +35,12 @@ type Server struct {
 
 type connKey struct{}
 
+// conn is a connection as its requests see it.
+type conn struct {
+	c      net.Conn
+	served atomic.Bool // a request of it reached the handler
+}
+
 // Track wraps srv's Handler, ConnState and ConnContext (each still runs)
 // to follow its connections; call it before srv serves.
 func Track(srv *http.Server) *Server {
@@ -43,8 +50,9 @@ func Track(srv *http.Server) *Server {
 		h = http.DefaultServeMux
 	}
 	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
-			s.done(c)
+		// Once per connection: later requests touch no shared lock.
+		if e, ok := r.Context().Value(connKey{}).(*conn); ok && !e.served.Swap(true) {
+			s.done(e.c)
 		}
 		h.ServeHTTP(w, r)
 	})
@@ -52,7 +60,7 @@ func Track(srv *http.Server) *Server {
 		if connCtx != nil {
 			ctx = connCtx(ctx, c)
 		}
-		return context.WithValue(ctx, connKey{}, c)
+		return context.WithValue(ctx, connKey{}, &conn{c: c})
 	}
 	srv.ConnState = func(c net.Conn, st http.ConnState) {
 		s.mu.Lock()
