@@ -40,13 +40,13 @@ type Config struct {
 	// OnChange, if set, is called after Signal's answer changed, so the
 	// caller re-evaluates at once rather than at its next poll.
 	OnChange func()
-	// PollInterval is how often the manifest is read (default 1 s). The
-	// kubelet watches its manifest directory and restarts the apiserver
-	// within a moment of the new manifest, so the signal comes with the
-	// restart, not before it (the kubeadm drill: the window opened
-	// 0.07–0.7 s after the old apiserver stopped; kubeadm's own copy of
-	// the new manifests under /etc/kubernetes/tmp, written ~20 s earlier,
-	// is not read yet).
+	// PollInterval is how often the manifest is read besides its
+	// directory's events (default 1 s). The kubelet watches that
+	// directory and stops the apiserver within a moment of a new
+	// manifest, so the manifest is read on the same event (inotify), and
+	// the poll only covers a directory that cannot be watched or an
+	// event lost (with the poll alone, the kubeadm drill saw the window
+	// open 0.07–0.7 s after the old apiserver stopped).
 	PollInterval time.Duration
 	// RenewInterval and LeaseDuration: the lease is renewed this often
 	// while the upgrade lasts and holds this long after the last renewal
@@ -76,6 +76,9 @@ func (c *Config) defaults() {
 type Signal struct {
 	cfg   Config
 	watch *manifestWatch
+	// pollOnly: no directory events (tests in a synctest bubble, where a
+	// goroutine reading inotify is never durably blocked).
+	pollOnly bool
 
 	mu    sync.Mutex
 	local Condition
@@ -214,6 +217,10 @@ func (s *Signal) Run(ctx context.Context, client kubernetes.Interface) {
 	if client != nil {
 		s.follow(ctx, client)
 	}
+	var events <-chan struct{} // nil: never ready
+	if !s.pollOnly {
+		events = manifestEvents(ctx, s.cfg.Manifest, s.cfg.Log)
+	}
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
 	for {
@@ -221,8 +228,9 @@ func (s *Signal) Run(ctx context.Context, client kubernetes.Interface) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.poll(ctx, p)
+		case <-events:
 		}
+		s.poll(ctx, p)
 	}
 }
 
@@ -260,9 +268,17 @@ type publisher struct {
 	published bool      // a lease may exist that the condition does not want
 	renewed   time.Time // zero: renew at the next sync
 	as        Condition // what the lease last said
-	failing   string    // the last failure logged
-	retryAt   time.Time // after a failure, no attempt before this
+	failing   string        // the last failure logged
+	retryAt   time.Time     // after a failure, no attempt before this
+	backoff   time.Duration // the wait after the last failure
 }
+
+// firstRetry is the wait after a lease write's first failure: the write
+// that tells other nodes of an upgrade is made as the local apiserver is
+// stopped for it, and may reach it shutting down (the client fails over
+// to a peer once membership sees the local one away, within a second or
+// two); the wait doubles up to the renewal interval.
+const firstRetry = time.Second
 
 // sync renews the lease every RenewInterval while c is on, at once when
 // c changed, and deletes it once c is decided off: an undecided off (the
@@ -285,7 +301,10 @@ func (p *publisher) sync(ctx context.Context, c Condition, decided bool, now tim
 	if err != nil {
 		// Not every poll: a forbidden or unreachable apiserver would get
 		// a request a second from every node.
-		p.retryAt = now.Add(p.s.cfg.RenewInterval)
+		p.backoff = min(max(2*p.backoff, firstRetry), p.s.cfg.RenewInterval)
+		p.retryAt = now.Add(p.backoff)
+	} else {
+		p.backoff = 0
 	}
 	p.report(err)
 }

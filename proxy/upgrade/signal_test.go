@@ -12,8 +12,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // agent is one node's Signal, as `skewgate run` starts it.
@@ -39,6 +41,7 @@ func startAgent(t *testing.T, client kubernetes.Interface, node, running, image 
 		t.Fatal(err)
 	}
 	a.sig = sig
+	sig.pollOnly = true // a synctest bubble: manifestEvents' own test watches the directory
 	ctx, cancel := context.WithCancel(context.Background())
 	a.stop = cancel
 	go func() { defer close(a.done); sig.Run(ctx, client) }()
@@ -242,6 +245,78 @@ func TestRestartMidUpgrade(t *testing.T) {
 		wantSignal(t, "the new apiserver up", a, false, "")
 		if _, ok := getLease(t, client, "node-a"); ok {
 			t.Error("the lease kept after the upgrade ended")
+		}
+	})
+}
+
+// TestManifestReadOnItsEvent: kubeadm renames a new manifest into place;
+// the signal turns on from the directory's event, as the kubelet's restart
+// of the apiserver begins, not at the next poll (an hour here).
+func TestManifestReadOnItsEvent(t *testing.T) {
+	client := fake.NewClientset()
+	manifest := filepath.Join(t.TempDir(), "kube-apiserver.yaml")
+	writeManifest(t, manifest, "registry.k8s.io/kube-apiserver:v1.35.4")
+	sig, err := New(Config{Node: "node-a", Manifest: manifest, Running: func() string { return "v1.35.4" }, PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); sig.Run(ctx, client) }()
+	defer func() { cancel(); <-done }()
+	// The first poll, then the watch: an edit of another file in the
+	// directory (the etcd manifest) reads nothing new.
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10 s (the poll is an hour away)", what)
+			}
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if on, _ := sig.Signal(); on {
+		t.Fatal("on before the manifest changed")
+	}
+	writeManifest(t, filepath.Join(filepath.Dir(manifest), "etcd.yaml"), "registry.k8s.io/kube-apiserver:v1.36.3")
+	time.Sleep(200 * time.Millisecond)
+	if on, _ := sig.Signal(); on {
+		t.Fatal("on from another manifest of the directory")
+	}
+	writeManifest(t, manifest, "registry.k8s.io/kube-apiserver:v1.36.3")
+	waitFor("the signal on", func() bool { on, _ := sig.Signal(); return on })
+	waitFor("node-a's lease written", func() bool {
+		_, err := client.CoordinationV1().Leases(Namespace).Get(ctx, LeaseName("node-a"), metav1.GetOptions{})
+		return err == nil
+	})
+}
+
+// TestLeaseRetriedSoon: the lease write that tells the other nodes may
+// reach the local apiserver as it stops; it is tried again a second later,
+// not at the next renewal ten seconds on.
+func TestLeaseRetriedSoon(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		client := fake.NewClientset()
+		var refused atomic.Int32
+		client.PrependReactor("create", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if refused.Add(1) == 1 {
+				return true, nil, apierrors.NewServiceUnavailable("apiserver is shutting down")
+			}
+			return false, nil, nil
+		})
+		a := startAgent(t, client, "node-a", "v1.35.4", "registry.k8s.io/kube-apiserver:v1.35.4")
+		defer a.halt()
+		synctest.Wait()
+		writeManifest(t, a.manifest, "registry.k8s.io/kube-apiserver:v1.36.3")
+		time.Sleep(time.Second) // the poll: the write refused
+		synctest.Wait()
+		if _, ok := getLease(t, client, "node-a"); ok || refused.Load() != 1 {
+			t.Fatalf("lease written at the refused attempt (attempts %d)", refused.Load())
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if _, ok := getLease(t, client, "node-a"); !ok {
+			t.Fatalf("no lease a second after the refused write (attempts %d)", refused.Load())
 		}
 	})
 }
