@@ -40,7 +40,9 @@ var errNoReviewer = errors.New("no apiserver answered the review")
 // reviewTransport carries the TokenReviews and SubjectAccessReviews of the
 // secure admin listener. It asks the primary apiserver (the node's own),
 // then each of peers() in order until one answers; a server that cannot be
-// reached, or answers 5xx or 429 (shutting down, overloaded), is skipped.
+// reached, or answers 5xx or 429 (shutting down, overloaded), is skipped,
+// and so is one that refuses skewgate the review itself (401, 403) while
+// another server may still take it.
 // It remembers the positive answers (keyed by a hash of the review, which
 // holds the token or the user and the attributes asked about) and, when
 // none answers, replays one younger than ttl. A negative answer is never
@@ -94,19 +96,40 @@ func (rt *reviewTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	key := sha256.Sum256(append([]byte(req.Method+" "+req.URL.Path+"\n"), body...))
 	var errs []error
+	var refusal *answer
 	for _, c := range rt.candidates() {
 		resp, err := rt.ask(req, body, c)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		if refused(resp) {
+			// skewgate's own credentials refused: its RBAC missing, or
+			// an apiserver that started a moment ago and has not read
+			// it yet (seen in kubeadm's upgrade). The next server is
+			// asked; if every one refuses, that is the answer.
+			if refusal == nil {
+				refusal = &resp
+			}
+			continue
+		}
 		rt.note(key, resp)
 		return resp.response(req), nil
+	}
+	if refusal != nil {
+		rt.note(key, *refusal)
+		return refusal.response(req), nil
 	}
 	if d, ok := rt.recent(key); ok {
 		return answer{code: http.StatusCreated, body: d.body}.response(req), nil
 	}
 	return nil, fmt.Errorf("%w: %w", errNoReviewer, errors.Join(errs...))
+}
+
+// refused is an answer that refuses the review's own creation: skewgate
+// not authenticated, or not allowed to create reviews.
+func refused(a answer) bool {
+	return a.code == http.StatusUnauthorized || a.code == http.StatusForbidden
 }
 
 // candidates is the primary, then the peers, each host once.
