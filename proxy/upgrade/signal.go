@@ -265,9 +265,9 @@ func (s *Signal) follow(ctx context.Context, client kubernetes.Interface) {
 type publisher struct {
 	s         *Signal
 	client    kubernetes.Interface
-	published bool      // a lease may exist that the condition does not want
-	renewed   time.Time // zero: renew at the next sync
-	as        Condition // what the lease last said
+	published bool          // a lease may exist that the condition does not want
+	renewed   time.Time     // zero: renew at the next sync
+	as        Condition     // what the lease last said
 	failing   string        // the last failure logged
 	retryAt   time.Time     // after a failure, no attempt before this
 	backoff   time.Duration // the wait after the last failure
