@@ -327,13 +327,13 @@ func (n *Node) followPeers(ctx context.Context, st *Steering) {
 	}
 }
 
-// resetIdle is how long a direct connection must carry nothing before it
-// is ended, and resetFor how long after steering engaged the busy ones are
-// looked at again, once a second.
-const (
-	resetIdle = time.Second
-	resetFor  = 2 * time.Minute
-)
+// resetIdle is when a direct connection carries nothing (quiet for a
+// second, or 20 ms past an answer its client has not followed yet), and
+// resetFor how long after steering engaged the busy ones are looked at
+// again, once a second.
+var resetIdle = idleRule{quiet: time.Second, answered: 20 * time.Millisecond}
+
+const resetFor = 2 * time.Minute
 
 // resetDirect ends, when --steering-reset-direct says so, the idle
 // connections the apiserver accepted directly while steering was not
