@@ -125,7 +125,7 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.StringVar(&o.proxy.APIServerManifest, "apiserver-manifest", o.proxy.APIServerManifest, "kube-apiserver static-pod manifest: when its image tag names another version than the local apiserver runs (kubeadm upgrade or rollback, before the kubelet restarts it), "+
 		"every node's skew window opens, through a Lease kube-system/skewgate-upgrade-<node> (a missing file: not a kubeadm node, logged once; empty: not watched)")
 	f.StringVar(&o.proxy.NodeName, "node-name", "", "this node's name, as the kubelet's: the holder of its upgrade Lease (default: the host name, lowercased)")
-	f.DurationVar(&o.proxy.WindowHold, "steering-window-hold", o.proxy.WindowHold, "how long a skew window stays open after the apiservers last differed (mode auto)")
+	f.DurationVar(&o.proxy.WindowHold, "steering-window-hold", o.proxy.WindowHold, "how long a skew window stays open after the apiservers last differed (mode auto); longer while a rollback grace that began in the window holds a type")
 	f.StringSliceVar(&o.node.Addresses, "steer-address", nil, "address:port list whose new connections are steered, overriding the default: what the apiserver serves, as --apiserver-manifest says — "+
 		"every global address this node holds on any interface (the advertise address, a VIP while this node holds it, on lo too, other NICs', IPv6 ones; not kube-ipvs0's Service IPs), followed as they change, "+
 		"or its --bind-address alone — on its --secure-port (without a manifest: every address, on --local-apiserver's port)")

@@ -107,8 +107,9 @@ func (a anyOf) Resources(gv schema.GroupVersion) []string {
 // grace holds: for people (skewgate routes) and the grace metric.
 type GraceType struct {
 	GVR schema.GroupVersionResource `json:"gvr"`
-	// Until is when its grace ends, as things stand (the latest of its
-	// servers').
+	// Since is when its grace began (the earliest of its servers'), and
+	// Until when it ends, as things stand (the latest of its servers').
+	Since time.Time `json:"since"`
 	Until time.Time `json:"until"`
 	// Servers served it; Why says how each stopped.
 	Servers []string `json:"servers"`
@@ -119,6 +120,7 @@ type GraceType struct {
 type graceSource struct {
 	id, why string
 	caps    *discovery.Capabilities
+	since   time.Time
 	until   time.Time
 }
 
@@ -134,11 +136,11 @@ func (m *Members) InGrace() []GraceType {
 		st, d := s.status(), s.doubt()
 		switch {
 		case st.Departed != nil && m.inGrace(*st.Departed, now):
-			sources = append(sources, graceSource{id, "departed", snap.Capabilities(id), m.graceEnd(*st.Departed)})
+			sources = append(sources, graceSource{id, "departed", snap.Capabilities(id), *st.Departed, m.graceEnd(*st.Departed)})
 		case d.lost != nil && m.inGrace(d.lostSince, now):
-			sources = append(sources, graceSource{id, "came back serving less", d.lost, m.graceEnd(d.lostSince)})
+			sources = append(sources, graceSource{id, "came back serving less", d.lost, d.lostSince, m.graceEnd(d.lostSince)})
 		case d.unconfirmed && d.preDown != nil && m.inGrace(d.downSince, now):
-			sources = append(sources, graceSource{id, "down, not re-read since", d.preDown, m.graceEnd(d.downSince)})
+			sources = append(sources, graceSource{id, "down, not re-read since", d.preDown, d.downSince, m.graceEnd(d.downSince)})
 		}
 	}
 	m.mu.Unlock()
@@ -162,6 +164,9 @@ func (m *Members) InGrace() []GraceType {
 				g.Servers, g.Why = append(g.Servers, src.id), append(g.Why, src.why)
 				if src.until.After(g.Until) {
 					g.Until = src.until
+				}
+				if g.Since.IsZero() || src.since.Before(g.Since) {
+					g.Since = src.since
 				}
 			}
 		}

@@ -14,8 +14,11 @@ import (
 // Window is the skew window: open while an upgrade or a rollback is under
 // way — the members' versions differ, what their binaries serve differs
 // (for longer than the debounce), or a node's apiserver upgrade has begun
-// (the upgrade signal) — and for the hold time after. Steering mode auto
-// steers only while it is open.
+// (the upgrade signal) — and for the hold time after, or longer while a
+// rollback grace that began within the window holds a type: rule 5
+// answers 503 for it through skewgate, and a client handed back to a
+// server directly would get that server's 404. Steering mode auto steers
+// only while it is open.
 //
 // A member that is away, slow, unknown, unreachable from this node or
 // gone is not an upgrade: rule 3a serves its node's clients without a
@@ -56,9 +59,23 @@ type skewWatch struct {
 	ready       bool      // the members were ready once: skew counts from then
 }
 
-// windowRules are the window's durations.
+// windowRules are the window's durations, and the rollback graces that
+// hold types now.
 type windowRules struct {
 	hold, debounce time.Duration
+	graces         []GraceType
+}
+
+// heldBy is when the last grace among r's that began by begun ends; zero
+// if none.
+func (r windowRules) heldBy(begun time.Time) time.Time {
+	var out time.Time
+	for _, g := range r.graces {
+		if !g.Since.After(begun) && g.Until.After(out) {
+			out = g.Until
+		}
+	}
+	return out
 }
 
 // note records the skew a publish saw at now.
@@ -86,8 +103,15 @@ func (w *skewWatch) at(now time.Time, r windowRules, signal string) Window {
 		w.reason, w.last = strings.Join(why, "; "), now
 		return Window{Open: true, Reason: w.reason}
 	}
-	if !w.last.IsZero() && now.Before(w.last.Add(r.hold)) {
-		return Window{Open: true, Reason: w.reason, Until: w.last.Add(r.hold)}
+	if w.last.IsZero() {
+		return Window{Reason: w.reason}
+	}
+	until := w.last.Add(r.hold)
+	if g := r.heldBy(until); g.After(until) {
+		until = g
+	}
+	if now.Before(until) {
+		return Window{Open: true, Reason: w.reason, Until: until}
 	}
 	return Window{Reason: w.reason}
 }
@@ -100,16 +124,19 @@ func (m *Members) Window() Window {
 			signal = "upgrade under way: " + why
 		}
 	}
+	// Before w.mu: InGrace takes m.mu, which publish holds before it
+	// notes the skew.
+	graces := m.InGrace()
 	w := &m.skew
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := w.at(time.Now(), windowRules{hold: m.cfg.WindowHold, debounce: m.cfg.WindowDebounce}, signal)
+	out := w.at(time.Now(), windowRules{hold: m.cfg.WindowHold, debounce: m.cfg.WindowDebounce, graces: graces}, signal)
 	if out.Open != w.open {
 		w.open = out.Open
 		if out.Open {
 			m.cfg.Log.Info("skew window opened", "reason", out.Reason)
 		} else {
-			m.cfg.Log.Info("skew window closed: no upgrade for the hold time", "hold", m.cfg.WindowHold, "last", w.reason)
+			m.cfg.Log.Info("skew window closed: no upgrade for the hold time, and no rollback grace from it holds a type", "hold", m.cfg.WindowHold, "last", w.reason)
 		}
 	}
 	return out

@@ -131,6 +131,9 @@ func TestWindowOpensForUpgradesOnly(t *testing.T) {
 		// its reason when open.
 		open   bool
 		reason string
+		// grace, if set, is a rollback grace holding a type from its
+		// start to its end (since the case began).
+		grace *[2]time.Duration
 	}{
 		{name: "one version, all healthy",
 			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old), up(c, "v1.35.4", old)}, ""}}},
@@ -189,6 +192,21 @@ func TestWindowOpensForUpgradesOnly(t *testing.T) {
 		{name: "the node's upgrade signal, before any server stopped",
 			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, "node-a's manifest names v1.36.3"}},
 			open:  true, reason: "node-a's manifest names v1.36.3"},
+		{name: "a rollback's grace outlasts the hold (the operator extended it): open until it ends",
+			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.36.3", neu)}, ""},
+				{time.Minute, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, ""},
+				{11*time.Minute + time.Second, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, ""}},
+			open: true, reason: "versions differ", grace: &[2]time.Duration{time.Minute, 31 * time.Minute}},
+		{name: "a rollback's grace outlasts the hold: closed once it ends",
+			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.36.3", neu)}, ""},
+				{time.Minute, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, ""},
+				{31*time.Minute + time.Second, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, ""}},
+			grace: &[2]time.Duration{time.Minute, 31 * time.Minute}},
+		{name: "a grace that began after the window closed (a server removed) does not open it again",
+			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.36.3", neu)}, ""},
+				{time.Minute, []member{up(a, "v1.36.3", neu), up(b, "v1.36.3", neu)}, ""},
+				{20 * time.Minute, []member{up(a, "v1.36.3", neu), {id: b, version: "v1.36.3", departed: true}}, ""}},
+			grace: &[2]time.Duration{20 * time.Minute, 25 * time.Minute}},
 		{name: "a version not read yet is no difference",
 			steps: []step{{0, []member{up(a, "v1.35.4", old), {id: b, healthy: true, caps: old}}, ""}}},
 	}
@@ -201,7 +219,11 @@ func TestWindowOpensForUpgradesOnly(t *testing.T) {
 				now := t0.Add(s.after)
 				tab, st := table(s.members...)
 				w.note(skewOf(tab, st), now)
-				got = w.at(now, rules, s.signal)
+				r := rules
+				if g := tc.grace; g != nil && s.after >= g[0] && s.after < g[1] {
+					r.graces = []GraceType{{Since: t0.Add(g[0]), Until: t0.Add(g[1])}}
+				}
+				got = w.at(now, r, s.signal)
 			}
 			if got.Open != tc.open {
 				t.Fatalf("window open=%t (%q), want %t", got.Open, got.Reason, tc.open)
