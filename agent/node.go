@@ -327,13 +327,14 @@ func (n *Node) followPeers(ctx context.Context, st *Steering) {
 	}
 }
 
-// resetIdle is when a direct connection carries nothing (quiet for a
-// second, or 20 ms past an answer its client has not followed yet), and
+// resetSettle is how long past the apiserver's last answer, not followed
+// by its client yet, a direct connection counts as carrying nothing, and
 // resetFor how long after steering engaged the busy ones are looked at
 // again, once a second.
-var resetIdle = idleRule{quiet: time.Second, answered: 20 * time.Millisecond}
-
-const resetFor = 2 * time.Minute
+const (
+	resetSettle = 20 * time.Millisecond
+	resetFor    = 2 * time.Minute
+)
 
 // resetDirect ends, when --steering-reset-direct says so, the idle
 // connections the apiserver accepted directly while steering was not
@@ -372,7 +373,7 @@ func (n *Node) sweepDirect(ctx context.Context) (sweep, error) {
 	if err != nil {
 		return sweep{}, err
 	}
-	return resetDirect(ctx, n.steeredTargets(), resetIdle, skip)
+	return resetDirect(ctx, n.steeredTargets(), resetSettle, skip)
 }
 
 // listenerAddr is where a direct probe reaches the listener: its own

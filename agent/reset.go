@@ -36,12 +36,11 @@ type sweep struct {
 // before steering engaged, they would otherwise stay on one server for as
 // long as they live. Ended, their clients reconnect through skewgate.
 //
-// Only a connection with nothing queued or unacknowledged, quiet in both
-// directions or between a complete answer and its client's next request
-// (see idleRule.idle), is ended, so no request is cut in its
-// middle (a watch with no event in that time is, and its reflector resumes
-// from its resourceVersion); the others are counted busy, for the caller
-// to try again. A connection not yet accepted (inode 0: in an accept queue,
+// Only a connection with nothing in flight — the apiserver spoke last, at
+// least settle ago (see idle) — is ended, so no request is cut in its
+// middle (a watch is, and its reflector resumes from its
+// resourceVersion); the others are counted busy, for the caller to try
+// again. A connection not yet accepted (inode 0: in an accept queue,
 // skewgate's own included), from loopback, or one skip names (skewgate's
 // own sockets — steered connections have the target as their local
 // address too — and peer apiservers') is left alone. A connection that
@@ -50,7 +49,7 @@ type sweep struct {
 // 0.0.0.0 with a dual-stack IPv6 socket, whose IPv4 connections are
 // AF_INET6 with mapped addresses. It needs CONFIG_INET_DIAG_DESTROY and
 // CAP_NET_ADMIN.
-func resetDirect(ctx context.Context, targets []netip.AddrPort, rule idleRule, skip func(remote netip.AddrPort, inode uint32) bool) (sweep, error) {
+func resetDirect(ctx context.Context, targets []netip.AddrPort, settle time.Duration, skip func(remote netip.AddrPort, inode uint32) bool) (sweep, error) {
 	var socks []*netlink.InetDiagTCPInfoResp
 	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
 		list, err := netlink.SocketDiagTCPInfo(family)
@@ -72,7 +71,7 @@ func resetDirect(ctx context.Context, targets []netip.AddrPort, rule idleRule, s
 			remote.Addr().IsLoopback() || skip != nil && skip(remote, s.INode) {
 			continue
 		}
-		if !rule.idle(r) {
+		if !idle(r, settle) {
 			out.busy++
 			continue
 		}
@@ -95,35 +94,23 @@ func resetDirect(ctx context.Context, targets []netip.AddrPort, rule idleRule, s
 	return out, nil
 }
 
-// idleRule says when nothing is in flight on a direct connection.
-type idleRule struct {
-	// quiet: no data either way for this long (a quiet connection, or
-	// a watch with no event in that time).
-	quiet time.Duration
-	// answered: the apiserver's answer was the last data, sent at least
-	// this long ago and after the last byte it received — a client that
-	// asks, waits for the answer and asks again (a controller's loop, 10
-	// requests a second) is between two requests; never quiet for long,
-	// it would otherwise stay direct for as long as it lives.
-	answered time.Duration
-}
-
 // idle reports whether nothing is in flight on the connection: no byte
-// queued either way or unacknowledged, and quiet or answered as the rule
-// says. A request just sent, or an answer being computed after one
-// arrived, shows as data received more recently than sent.
-func (rule idleRule) idle(r *netlink.InetDiagTCPInfoResp) bool {
+// queued either way or unacknowledged, and the apiserver spoke last — its
+// last data sent at least settle ago, and no byte received since. That is
+// a client between two requests (a controller asking ten times a second
+// is, most of the time, and is never quiet for long), or a watch whose
+// last event or bookmark was sent. A request the apiserver is still
+// computing shows as data received after the last sent, however long ago
+// (a request hung for seconds while etcd restarts is not idle: the
+// kubeadm drill saw such requests cut when a quiet second counted).
+func idle(r *netlink.InetDiagTCPInfoResp, settle time.Duration) bool {
 	s, ti := r.InetDiagMsg, r.TCPInfo
 	if ti == nil || s.RQueue != 0 || s.WQueue != 0 || ti.Unacked != 0 {
 		return false
 	}
-	ms := func(d time.Duration) uint32 { return uint32(d / time.Millisecond) }
-	if ti.Last_data_recv >= ms(rule.quiet) && ti.Last_data_sent >= ms(rule.quiet) {
-		return true
-	}
 	// Equal: sent and received in one jiffy — a quick answer to the
 	// last request (tcp_info counts in jiffies).
-	return ti.Last_data_sent <= ti.Last_data_recv && ti.Last_data_sent >= ms(rule.answered)
+	return ti.Last_data_sent <= ti.Last_data_recv && ti.Last_data_sent >= uint32(settle/time.Millisecond)
 }
 
 func addrPort(ip net.IP, port uint16) (netip.AddrPort, bool) {

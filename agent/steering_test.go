@@ -477,17 +477,17 @@ func TestResetDirectEndsConnectionsFromBeforeTheWindow(t *testing.T) {
 	skip := func(remote netip.AddrPort, _ uint32) bool { return remote == keep }
 	var got sweep
 	n.ns.do(t, func() (err error) {
-		got, err = resetDirect(context.Background(), cfg.Targets, idleRule{quiet: time.Hour, answered: time.Hour}, skip)
+		got, err = resetDirect(context.Background(), cfg.Targets, time.Hour, skip)
 		return err
 	})
 	if got.ended != 0 || got.busy != 1 {
 		t.Fatalf("a connection with recent traffic: %+v, want it left busy", got)
 	}
 	// Answered (the echo) 50 ms ago, the client silent since: between
-	// two requests, ended, though not quiet for the hour asked.
+	// two requests, ended.
 	time.Sleep(50 * time.Millisecond)
 	n.ns.do(t, func() (err error) {
-		got, err = resetDirect(context.Background(), cfg.Targets, idleRule{quiet: time.Hour, answered: 20 * time.Millisecond}, skip)
+		got, err = resetDirect(context.Background(), cfg.Targets, 20*time.Millisecond, skip)
 		return err
 	})
 	if got.ended != 1 {
