@@ -341,7 +341,7 @@ const (
 // engaged (an arming by the cluster switch included), and comes back for
 // the busy ones every second for resetFor, while steering stays wanted.
 func (n *Node) resetDirect(ctx context.Context) {
-	if !n.cfg.ResetDirect {
+	if !n.cfg.ResetDirect || !resetsFor(n.mode()) {
 		return
 	}
 	start := time.Now()
@@ -354,7 +354,7 @@ func (n *Node) resetDirect(ctx context.Context) {
 			n.cfg.Log.Warn("steering engaged: direct connections not all ended", "ended", total.ended, "err", err)
 			return
 		}
-		if want, _ := n.wanted(); s.busy == 0 || !want || time.Since(start) > resetFor {
+		if want, _ := n.wanted(); s.busy == 0 || !want || !resetsFor(n.mode()) || time.Since(start) > resetFor {
 			break
 		}
 		select {
@@ -365,6 +365,14 @@ func (n *Node) resetDirect(ctx context.Context) {
 	}
 	n.cfg.Log.Info("steering engaged: ended the idle connections the apiserver accepted directly, so their clients reconnect through skewgate",
 		"ended", total.ended, "closed before their turn", total.gone, "left busy", total.busy, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// resetsFor is whether steering engaged for mode and w moves direct
+// connections: for an upgrade (a skew window) or the operator's arming
+// (mode always), not for rule 3a alone — the local apiserver away for an
+// etcd restart or its own restart is a routine event, and ends nothing.
+func resetsFor(mode Mode, w Window) bool {
+	return mode == ModeAlways || mode == ModeAuto && w.Open
 }
 
 // sweepDirect is one pass of resetDirect over the current targets.

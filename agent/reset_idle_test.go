@@ -37,3 +37,24 @@ func TestIdle(t *testing.T) {
 		t.Error("no tcp_info: idle")
 	}
 }
+
+// TestResetsFor: the sweep moves clients for an upgrade or an arming, not
+// when steering engaged for rule 3a alone (the kubeadm drill: 34 idle
+// connections ended on node-a when kubeadm restarted its etcd).
+func TestResetsFor(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mode Mode
+		w    Window
+		want bool
+	}{
+		{"mode always (armed)", ModeAlways, Window{}, true},
+		{"a skew window", ModeAuto, Window{Open: true, Reason: "versions differ"}, true},
+		{"the local apiserver away, no window", ModeAuto, Window{LocalAway: "the local apiserver 127.0.0.1:6443 is away"}, false},
+		{"mode off", ModeOff, Window{Open: true}, false},
+	} {
+		if got := resetsFor(tc.mode, tc.w); got != tc.want {
+			t.Errorf("%s: resetsFor = %t, want %t", tc.name, got, tc.want)
+		}
+	}
+}
