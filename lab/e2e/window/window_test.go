@@ -305,8 +305,14 @@ func TestAutoMode(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		if before.steered() {
-			t.Error("a connection from before the window was moved to skewgate: nothing is reset by default")
+		// The connection from before the window is ended between two of
+		// its requests (--steering-reset-direct, the default), and its
+		// client comes back through skewgate without a failed request.
+		waitFor(t, 15*time.Second, "the connection from before the window moved to skewgate", before.steered)
+		if n, fails := before.stop(); fails > 0 {
+			t.Errorf("the client from before the window: %d of %d requests failed as it moved to skewgate", fails, n)
+		} else {
+			t.Logf("the client from before the window moved to skewgate: %d requests, 0 failed", n)
 		}
 		// Clients that connected in the window are on the hop.
 		onHop, onHop1 := keptClient(t, "node-a", true), keptClient(t, "node-a", false)
