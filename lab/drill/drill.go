@@ -27,8 +27,9 @@ const (
 	// who armed the cluster before the upgrade runs it.
 	ModeSkewgate = "skewgate"
 	// ModeSkewgateAuto is the default, auto, not armed: steering engages
-	// when the first server goes away, and connections made before stay
-	// direct.
+	// when the skew window opens, and connections made before are ended
+	// between two requests (--steering-reset-direct, the default) so
+	// their clients reconnect through skewgate.
 	ModeSkewgateAuto = "skewgate auto"
 	// ModeSkewgateArmed is auto, armed before the upgrade through the
 	// cluster's switch (the ConfigMap kube-system/skewgate, steering:

@@ -11,7 +11,7 @@ import (
 
 // What a node's steering changes cost its clients. In mode auto steering
 // engages when a skew window opens (the hand-over: connections from before
-// stay direct, nothing is reset) and is released when it closes (the
+// ended between two requests, their clients back through skewgate) and is released when it closes (the
 // hand-back: steered connections are asked to leave, watches end cleanly).
 // Neither may fail a request; the drill follows every node's steering on
 // its pins and counts the failed requests each change could have caused.

@@ -294,10 +294,10 @@ func writeComparison(w io.Writer, results []*Result) {
 const whyWorse = "a **503** is skewgate's answer (with `Retry-After`) where a server that serves the type is away or not yet known, " +
 	"or within the grace after a rollback took the type away (rule 5): the other modes answered a false 404 or a 404 in the grace there, " +
 	"or — the in-tree proxy — passed the request to a server that then answered it. " +
-	"In `skewgate auto`, **pinned clients' failures and other errors** are the connections made before the skew window opened: " +
-	"they go to the apiserver directly, as without skewgate (nothing is reset by default), until they reconnect — at the latest " +
-	"when their node's apiserver restarts, which the window (opened by the manifest signal on kubeadm, or by the versions) then covers; " +
-	"arming the cluster before the upgrade (`skewgate`, mode always) moves more of them earlier."
+	"In `skewgate auto`, **pinned clients' failures and other errors** include the connections made before the skew window opened: " +
+	"they go to the apiserver directly, as without skewgate, until skewgate ends them between two requests when the window opens " +
+	"(`--steering-reset-direct`, the default) or they reconnect; " +
+	"arming the cluster before the upgrade (`skewgate`, mode always) steers them from the start."
 
 func writeMonitoring(w io.Writer, m *Monitoring) {
 	fmt.Fprintf(w, "\n### Prometheus during the window\n\nA real Prometheus scraped every node's skewgate every 2 s with this generated configuration and the shipped alert rules:\n\n```yaml\n%s```\n", m.Config)
