@@ -3,12 +3,13 @@
 // peer restarted on its version, a peer stalled for 3 s, oversized
 // anonymous requests, an aggregated API one server reaches and the other
 // does not) open no window; a peer's upgrade opens the skew
-// window as soon as the upgraded server is read, without moving the
-// connections made before it; the cluster's ConfigMap switches every
-// node within a second and survives an agent restart; and once the
-// versions agree again (a rollback) the window closes after the hold and
-// the connections steering brought, HTTP/1.1 and HTTP/2, are handed back
-// without a failed request.
+// window as soon as the upgraded server is read, and the connection made
+// before it moves to skewgate between two of its requests; the cluster's
+// ConfigMap switches every node within a second and survives an agent
+// restart; and once the versions agree again (a rollback) the window
+// closes after the hold and the rollback grace, and the connections
+// steering brought, HTTP/1.1 and HTTP/2, are handed back without a failed
+// request.
 package window
 
 import (
@@ -42,6 +43,9 @@ var (
 	top   *testing.T // TestAutoMode, which owns node-a's skewgate
 	// hold is the skew window's hold time here (10 minutes by default).
 	hold = 8 * time.Second
+	// grace is the rollback grace here (5 minutes by default): the window
+	// stays open while a grace that began in it holds a type.
+	grace = 20 * time.Second
 )
 
 // apiPort is every apiserver's --secure-port here: not the default 6443.
@@ -75,7 +79,7 @@ func TestMain(m *testing.M) {
 func startAuto(t *testing.T, name string, extra ...string) lab.Proc {
 	t.Helper()
 	proc, err := plane.StartSkewgate(context.Background(), name, bin, lab.SkewgateMode{Steering: true, Kubeconfig: true,
-		Extra: append([]string{"--steering-window-hold=" + hold.String()}, extra...)}, 60*time.Second)
+		Extra: append([]string{"--steering-window-hold=" + hold.String(), "--rollback-grace=" + grace.String()}, extra...)}, 60*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,15 +321,22 @@ func TestAutoMode(t *testing.T) {
 		// Clients that connected in the window are on the hop.
 		onHop, onHop1 := keptClient(t, "node-a", true), keptClient(t, "node-a", false)
 		waitFor(t, 10*time.Second, "a connection made in the window is steered", func() bool { return onHop.steered() && onHop1.steered() })
-		// node-b rolled back: both servers on one version again, the
-		// window closes after the hold, and the connections steering
-		// brought are handed back.
+		// node-b rolled back: both servers on one version again; the
+		// types node-b's rollback took away are in their grace, which
+		// holds the window past the hold (rule 5 answers 503 for them
+		// through skewgate, node-b directly 404); then the window closes
+		// and the connections steering brought are handed back.
 		if err := plane.UpgradeNode(context.Background(), "node-b", lab.OldVersion, 0, 90*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		agreed := time.Now()
-		closed := waitState(t, "node-a", "standby", hold+60*time.Second)
-		t.Logf("versions agree → window closed after %s (hold %s)", closed.Sub(agreed).Round(time.Millisecond), hold)
+		closed := waitState(t, "node-a", "standby", grace+60*time.Second)
+		t.Logf("versions agree → window closed after %s (hold %s, rollback grace %s)", closed.Sub(agreed).Round(time.Millisecond), hold, grace)
+		// The grace began when skewgate saw node-b back serving less: a
+		// few seconds before UpgradeNode returned at the most.
+		if early := closed.Sub(agreed); early < grace-5*time.Second {
+			t.Errorf("the window closed %s after the versions agreed, inside the rollback grace (%s)", early.Round(time.Millisecond), grace)
+		}
 		waitFor(t, 30*time.Second, "the connections made in the window are handed back", func() bool { return !onHop.steered() && !onHop1.steered() })
 		t.Logf("handed back %s after the window closed", time.Since(closed).Round(time.Millisecond))
 		for _, c := range []*kept{before, onHop, onHop1} {
