@@ -68,6 +68,11 @@ type Config struct {
 	// APIServerManifest is the kube-apiserver static-pod manifest whose
 	// image tag announces this node's upgrade (empty: not watched).
 	APIServerManifest string
+	// KubeadmAnnouncement: kubeadm's upgrade health-check Job
+	// (kube-system/upgrade-health-check-*) opens every node's skew window
+	// as `kubeadm upgrade apply` (or plan) starts, before any apiserver
+	// stops (proxy/upgrade/announce.go).
+	KubeadmAnnouncement bool
 	// LocalMaxInFlight bounds the short requests in flight to the local
 	// apiserver (0: no bound), as PeerMaxInFlight does each peer's: past
 	// it callers get a retryable 429, and skewgate's goroutines, sockets

@@ -10,7 +10,8 @@ import (
 
 // newUpgradeSignal is the earliest upgrade signal, for the window: this
 // node's manifest against its apiserver's version as membership last read
-// it, and every node's lease once Start has cluster credentials.
+// it, and, once Start has cluster credentials, every node's lease and
+// kubeadm's announcement.
 func (p *Proxy) newUpgradeSignal(cfg Config) (*upgrade.Signal, error) {
 	node := cfg.NodeName
 	if node == "" {
@@ -28,7 +29,8 @@ func (p *Proxy) newUpgradeSignal(cfg Config) (*upgrade.Signal, error) {
 			p.Members.Window()
 		}
 	}
-	s, err := upgrade.New(upgrade.Config{Node: node, Manifest: cfg.APIServerManifest, Running: p.localVersion, OnChange: onChange, Log: cfg.Log})
+	s, err := upgrade.New(upgrade.Config{Node: node, Manifest: cfg.APIServerManifest, Running: p.localVersion, OnChange: onChange,
+		Announcements: cfg.KubeadmAnnouncement, Log: cfg.Log})
 	if err != nil {
 		return nil, fmt.Errorf("--node-name: %w", err)
 	}

@@ -1,11 +1,13 @@
 // Package upgrade answers one question: is some node's apiserver upgrade
-// (or rollback) under way? On kubeadm, `kubeadm upgrade apply/node`
-// rewrites the static-pod manifest with the new image before the kubelet
-// restarts the apiserver (a rollback restores the old one), which is the
-// earliest signal on the node itself (the kubelet acts on the same
-// inotify event). Each agent watches its own node's manifest and, while
-// it names another version than the apiserver runs, keeps a Lease in
-// kube-system fresh; every agent watches those Leases, so the signal
+// (or rollback) under way? Three signals, earliest first: kubeadm's
+// announcement, the Job its `kubeadm upgrade apply` preflight creates in
+// kube-system seconds to minutes before it changes any manifest
+// (announce.go; every agent follows kube-system's Jobs); each node's
+// static-pod manifest, which `kubeadm upgrade apply/node` rewrites with
+// the new image the instant before the kubelet restarts the apiserver (a
+// rollback restores the old one): each agent watches its own node's and,
+// while it names another version than the apiserver runs, keeps a Lease
+// in kube-system fresh; every agent watches those Leases, so the manifest
 // reaches every node within tens of milliseconds of the old apiserver's
 // SIGTERM (the kubeadm drill: 10 ms on the node, 70 ms on the others).
 package upgrade
@@ -25,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	"k8s.io/client-go/tools/cache"
 )
@@ -54,7 +57,13 @@ type Config struct {
 	// while the upgrade lasts and holds this long after the last renewal
 	// (defaults 10 s and 60 s).
 	RenewInterval, LeaseDuration time.Duration
-	Log                          *slog.Logger
+	// Announcements: a kubeadm upgrade's preflight Job
+	// (kube-system/upgrade-health-check-*) counts from its creation for
+	// AnnounceFor (default 2 min) while it exists — the first sign of an
+	// upgrade, before any manifest changes (announce.go).
+	Announcements bool
+	AnnounceFor   time.Duration
+	Log           *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -66,6 +75,7 @@ func (c *Config) defaults() {
 	set(&c.PollInterval, time.Second)
 	set(&c.RenewInterval, 10*time.Second)
 	set(&c.LeaseDuration, time.Minute)
+	set(&c.AnnounceFor, 2*time.Minute)
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
@@ -90,6 +100,7 @@ type Signal struct {
 	// kept by its predecessor, still counts.
 	decided bool
 	leases  coordinationlisters.LeaseNamespaceLister // nil until Run has a client
+	jobs    batchlisters.JobNamespaceLister          // nil until Run has a client, or without Announcements
 	on      bool
 	reason  string
 	expiry  *time.Timer // re-evaluates when the next fresh lease expires
@@ -135,6 +146,9 @@ func (s *Signal) evaluate(now time.Time) (bool, string) {
 	for _, l := range s.fresh(now) {
 		reasons = append(reasons, l.Reason())
 	}
+	for _, a := range s.announcements(now) {
+		reasons = append(reasons, a.reason())
+	}
 	slices.Sort(reasons)
 	return len(reasons) > 0, strings.Join(reasons, "; ")
 }
@@ -159,8 +173,9 @@ func (s *Signal) list() []*coordinationv1.Lease {
 	return ls
 }
 
-// changed re-evaluates, arms the timer for the next lease to expire
-// (informers say nothing when a lease merely ages), and calls OnChange
+// changed re-evaluates, arms the timer for the next lease or
+// announcement to expire (informers say nothing when an object merely
+// ages), and calls OnChange
 // when the answer moved.
 func (s *Signal) changed() {
 	now := time.Now()
@@ -188,6 +203,11 @@ func (s *Signal) armExpiry(now time.Time) {
 	for _, l := range s.list() {
 		if _, until, ok := leaseCondition(l); ok && now.Before(until) && (next.IsZero() || until.Before(next)) {
 			next = until
+		}
+	}
+	for _, a := range s.announcements(now) {
+		if next.IsZero() || a.until.Before(next) {
+			next = a.until
 		}
 	}
 	s.stopExpiryLocked()
@@ -258,6 +278,34 @@ func (s *Signal) follow(ctx context.Context, client kubernetes.Interface) {
 		UpdateFunc: func(_, obj any) { s.changed() }, DeleteFunc: changed})
 	s.mu.Lock()
 	s.leases = inf.Lister().Leases(Namespace)
+	s.mu.Unlock()
+	f.Start(ctx.Done())
+	context.AfterFunc(ctx, f.Shutdown)
+	if s.cfg.Announcements {
+		s.followJobs(ctx, client)
+	}
+}
+
+// followJobs starts an informer on kube-system's Jobs, for kubeadm's
+// announcement. Their names cannot be selected by prefix: every Job is
+// listed (not by the leases' label), and the cache keeps its name and
+// creation only.
+func (s *Signal) followJobs(ctx context.Context, client kubernetes.Interface) {
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace))
+	inf := f.Batch().V1().Jobs()
+	changed := func(any) { s.changed() }
+	i := inf.Informer()
+	if err := i.SetTransform(jobMeta); err != nil {
+		s.cfg.Log.Warn("kubeadm's upgrade announcement: whole Jobs cached", "err", err)
+	}
+	w := &watchErrors{s: s}
+	if err := i.SetWatchErrorHandler(w.handle); err != nil {
+		s.cfg.Log.Warn("kubeadm's upgrade announcement: its watch errors are logged by client-go", "err", err)
+	}
+	i.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: changed,
+		UpdateFunc: func(_, obj any) { s.changed() }, DeleteFunc: changed})
+	s.mu.Lock()
+	s.jobs = inf.Lister().Jobs(Namespace)
 	s.mu.Unlock()
 	f.Start(ctx.Done())
 	context.AfterFunc(ctx, f.Shutdown)

@@ -31,12 +31,20 @@ type agent struct {
 
 func startAgent(t *testing.T, client kubernetes.Interface, node, running, image string) *agent {
 	t.Helper()
+	return startAgentWith(t, client, Config{Node: node}, running, image)
+}
+
+// startAgentWith starts cfg's agent; its Manifest, Running and OnChange
+// are the agent's.
+func startAgentWith(t *testing.T, client kubernetes.Interface, cfg Config, running, image string) *agent {
+	t.Helper()
 	a := &agent{running: running, done: make(chan struct{})}
 	if image != "" { // "": not a kubeadm node, no manifest watched
 		a.manifest = filepath.Join(t.TempDir(), "kube-apiserver.yaml")
 		writeManifest(t, a.manifest, image)
 	}
-	sig, err := New(Config{Node: node, Manifest: a.manifest, Running: a.version, OnChange: func() { a.changes.Add(1) }})
+	cfg.Manifest, cfg.Running, cfg.OnChange = a.manifest, a.version, func() { a.changes.Add(1) }
+	sig, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,10 +72,23 @@ func TestKubeadm(t *testing.T) {
 	t.Run("upgrade", func(t *testing.T) {
 		t0 := time.Now()
 		scrape := scrapeDuring(t, a)
+		watch, served := watchWindow(t), lastReady(t, a)
 		if err := plane.KubeadmUpgrade(context.Background(), a.Name, lab.NewVersion, true); err != nil {
 			t.Fatal(err)
 		}
 		scrape.end(t, a)
+		// kubeadm's announcement (its preflight Job) opens every node's
+		// window before node-a's control plane first stops serving (its
+		// etcd's restart or its apiserver's): seen open (read every 500 ms)
+		// while node-a's /readyz still answered ok (read every 100 ms).
+		ready := served()
+		for node, w := range watch() {
+			t.Logf("%s: window seen open at %s; node-a's apiserver last ready at %s, %s later", node,
+				w.window.Format("15:04:05.000"), ready.Format("15:04:05.000"), ready.Sub(w.window).Round(time.Millisecond))
+			if w.window.IsZero() || ready.IsZero() || !w.window.Before(ready) {
+				t.Errorf("%s: the window was not seen open before node-a's apiserver first failed /readyz", node)
+			}
+		}
 		t.Logf("kubeadm upgrade apply %s on %s in %s; its log (klog lines left out):\n%s", lab.NewVersion, a.Name,
 			time.Since(t0).Round(100*time.Millisecond), kubeadmOutput(t, a, "upgrade apply"))
 		for n, v := range map[lab.Node]string{a: lab.NewVersion, b: lab.OldVersion} {
@@ -361,5 +374,49 @@ func (s *scraper) end(t *testing.T, n lab.Node) {
 	}
 	if s.whileOut == 0 {
 		t.Errorf("%s: no scrape while its apiserver was out", n.Name)
+	}
+}
+
+// lastReady polls node n's apiserver's /readyz on loopback (never
+// steered) every 100 ms until the returned function is called, which
+// reports when it last answered ok before its first failure (zero: it
+// never answered ok, or never failed): the control plane was still
+// serving then.
+func lastReady(t *testing.T, n lab.Node) func() time.Time {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(loopbackConfig(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	var ready, failed time.Time
+	go func() {
+		defer close(done)
+		for failed.IsZero() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			err := c.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
+			cancel()
+			switch {
+			case err == nil:
+				ready = time.Now()
+			case !ready.IsZero():
+				failed = time.Now()
+				t.Logf("%s: /readyz last ok at %s, failed at %s: %v", n.Name, ready.Format("15:04:05.000"), failed.Format("15:04:05.000"), err)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		<-stop
+	}()
+	return func() time.Time {
+		close(stop)
+		<-done
+		if failed.IsZero() {
+			return time.Time{}
+		}
+		return ready
 	}
 }

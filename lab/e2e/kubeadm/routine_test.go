@@ -65,8 +65,8 @@ func routine(t *testing.T) {
 	}
 	for node, w := range watch() {
 		t.Logf("%s: %d scrapes (%d failed), local-away steering seen in %d, %d connections reset", node, w.scrapes, w.failed, w.steering, w.resets)
-		if w.window != "" {
-			t.Errorf("%s: a skew window opened during routine events: %s", node, w.window)
+		if !w.window.IsZero() {
+			t.Errorf("%s: a skew window opened during routine events, at %s", node, w.window.Format("15:04:05.000"))
 		}
 		if w.resets > 0 {
 			t.Errorf("%s: %d connections reset during routine events", node, w.resets)
@@ -81,7 +81,7 @@ func routine(t *testing.T) {
 // seen is what one node's skewgate metrics showed through the events.
 type seen struct {
 	scrapes, failed, steering int
-	window                    string // when skewgate_skew_window was first 1
+	window                    time.Time // when skewgate_skew_window was first seen 1
 	resets                    int    // skewgate_steering_reset_connections_total's increase
 }
 
@@ -117,8 +117,8 @@ func watchWindow(t *testing.T) func() map[string]*seen {
 					continue
 				}
 				s.scrapes++
-				if windowOpen.Match(body) && s.window == "" {
-					s.window = "open at " + time.Now().Format("15:04:05.000")
+				if windowOpen.Match(body) && s.window.IsZero() {
+					s.window = time.Now()
 				}
 				if steeringOn.Match(body) {
 					s.steering++
