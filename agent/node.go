@@ -79,6 +79,8 @@ type Node struct {
 	st *Steering
 	// resets counts connections ended by resetDirect.
 	resets atomic.Uint64
+	// swept: resetDirect ran in the current engagement (under mu).
+	swept bool
 	// engaged is closed when Engage returns.
 	engaged     chan struct{}
 	engagedOnce sync.Once
@@ -252,7 +254,7 @@ func (n *Node) Engage(ctx context.Context, reg prometheus.Registerer) {
 	}
 	st, err := StartSteering(ctx, SteeringConfig{
 		PinPath: n.cfg.PinPath, Targets: n.target.All, Exempt: exempt, Log: n.cfg.Log, Want: n.wanted,
-		OnEngage: func() { n.resetDirect(ctx) },
+		OnEngage: func(fresh bool) { n.onEngage(ctx, fresh) },
 		// Ready gates the first engagement only: a member that joins
 		// later is not known yet, which routing answers with a 503, not a
 		// 404; failing the probe for it would lapse steering on every node
@@ -335,6 +337,35 @@ const (
 	resetSettle = 20 * time.Millisecond
 	resetFor    = 2 * time.Minute
 )
+
+// onEngage runs resetDirect once per engagement, when its reason first
+// warrants it: at once if steering engaged for a window or an arming, or
+// later in the same engagement when a window opens while rule 3a engaged
+// it (the local apiserver away for an etcd restart, then an upgrade
+// announced).
+func (n *Node) onEngage(ctx context.Context, fresh bool) {
+	mode, w := n.mode()
+	n.mu.Lock()
+	run, swept := sweepNow(fresh, n.swept, n.cfg.ResetDirect && resetsFor(mode, w))
+	n.swept = swept
+	n.mu.Unlock()
+	if run {
+		n.resetDirect(ctx)
+	}
+}
+
+// sweepNow is whether an engagement's change (fresh: it just engaged)
+// sweeps, given whether it swept already and whether its reason warrants
+// one now, and whether it has swept after.
+func sweepNow(fresh, swept, warranted bool) (run, sweptAfter bool) {
+	if fresh {
+		swept = false
+	}
+	if warranted && !swept {
+		return true, true
+	}
+	return false, swept
+}
 
 // resetDirect ends, when --steering-reset-direct says so, the idle
 // connections the apiserver accepted directly while steering was not

@@ -1,7 +1,10 @@
 package agent
 
 import (
+	"log/slog"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 )
@@ -56,5 +59,66 @@ func TestResetsFor(t *testing.T) {
 		if got := resetsFor(tc.mode, tc.w); got != tc.want {
 			t.Errorf("%s: resetsFor = %t, want %t", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestSweepOncePerEngagement: the sweep runs when an engagement's reason
+// first warrants one — at once (a window, an arming), or later in the
+// same engagement (rule 3a engaged it, then a window opened) — once per
+// engagement, and again after a standby.
+func TestSweepOncePerEngagement(t *testing.T) {
+	for _, tc := range []struct {
+		name                    string
+		fresh, swept, warranted bool
+		run, sweptAfter         bool
+	}{
+		{"engaged for a window", true, false, true, true, true},
+		{"engaged for a window, after an engagement that swept", true, true, true, true, true},
+		{"engaged for rule 3a", true, true, false, false, false},
+		{"rule 3a, then a window opened", false, false, true, true, true},
+		{"the window's reason changed", false, true, true, false, true},
+		{"the window closed, rule 3a holds", false, true, false, false, true},
+	} {
+		run, after := sweepNow(tc.fresh, tc.swept, tc.warranted)
+		if run != tc.run || after != tc.sweptAfter {
+			t.Errorf("%s: sweepNow = %t, %t; want %t, %t", tc.name, run, after, tc.run, tc.sweptAfter)
+		}
+	}
+}
+
+// TestOnEngageWhenWhyChanges: OnEngage runs fresh when steering engages
+// after a standby, not fresh when why it steers changes while it steers,
+// and not at all for a renewal with the same reason or a standby.
+func TestOnEngageWhenWhyChanges(t *testing.T) {
+	calls := make(chan bool, 8)
+	s := &Steering{cfg: SteeringConfig{OnEngage: func(fresh bool) { calls <- fresh }, Log: slog.New(slog.DiscardHandler)}}
+	away := "the local apiserver node-a is away: its clients go to peers (rule 3a)"
+	var got []bool
+	for _, st := range []Status{
+		{State: StateStandby, Why: "mode auto, no skew window: no upgrade under way"},
+		{State: StateSteering, Why: away},
+		{State: StateSteering, Why: away},
+		{State: StateSteering, Why: "skew window: upgrade under way"},
+		{State: StateStandby, Why: "mode auto, no skew window: no upgrade under way"},
+		{State: StateSteering, Why: "mode always"},
+	} {
+		s.change(st)
+	}
+	for range 3 {
+		select {
+		case f := <-calls:
+			got = append(got, f)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("OnEngage called %d times, want 3: %v", len(got), got)
+		}
+	}
+	select {
+	case f := <-calls:
+		t.Fatalf("OnEngage called a fourth time (fresh %t)", f)
+	case <-time.After(100 * time.Millisecond):
+	}
+	// Each runs in its own goroutine: counted, not ordered.
+	if fresh := len(slices.DeleteFunc(slices.Clone(got), func(f bool) bool { return !f })); fresh != 2 {
+		t.Errorf("OnEngage fresh = %v, want twice fresh and once not", got)
 	}
 }

@@ -99,9 +99,15 @@ func (s *Steering) change(st Status) {
 	s.mu.Unlock()
 	if prev.State != st.State {
 		s.logChange(prev, st)
-		if st.State == StateSteering && (prev.State == StateStandby || prev.State == "") && s.cfg.OnEngage != nil {
-			go s.cfg.OnEngage()
-		}
+	}
+	if st.State != StateSteering || s.cfg.OnEngage == nil {
+		return
+	}
+	switch {
+	case prev.State == StateStandby || prev.State == "":
+		go s.cfg.OnEngage(true)
+	case prev.State == StateSteering && prev.Why != st.Why:
+		go s.cfg.OnEngage(false)
 	}
 }
 

@@ -62,9 +62,11 @@ type SteeringConfig struct {
 	// failure, and steering engages on the next renewal once wanted.
 	Want func() (bool, string)
 	// OnEngage, if set, runs (in its own goroutine) when steering engages
-	// after a standby or at start: connections made meanwhile went to the
-	// apiserver directly.
-	OnEngage func()
+	// after a standby or at start (fresh: connections made meanwhile went
+	// to the apiserver directly), and again, not fresh, when why it steers
+	// changes while it steers (rule 3a engaged it, then a window opened):
+	// the callee decides what the new reason warrants.
+	OnEngage func(fresh bool)
 	// Log receives every change of steering state, once (nil: discarded).
 	Log *slog.Logger
 }
