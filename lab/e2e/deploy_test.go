@@ -274,6 +274,15 @@ func TestDeployRBAC(t *testing.T) {
 			}
 			return leases.Delete(ctx, l.Name, metav1.DeleteOptions{})
 		},
+		// kubeadm's upgrade announcement (proxy/upgrade/announce.go):
+		// kube-system's Jobs, by no name (a prefix cannot be selected).
+		"list jobs in kube-system": func() error {
+			_, err := c.BatchV1().Jobs("kube-system").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"watch jobs in kube-system": func() error {
+			return watchOnce(c.BatchV1().Jobs("kube-system").Watch(ctx, metav1.ListOptions{}))
+		},
 		// The cluster's steering switch, followed by name.
 		"list the steering switch by name": func() error {
 			_, err := c.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=skewgate"})
@@ -298,6 +307,14 @@ func TestDeployRBAC(t *testing.T) {
 		},
 		"list leases in default": func() error {
 			_, err := c.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"list jobs in default": func() error {
+			_, err := c.BatchV1().Jobs("default").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"get a job in kube-system": func() error {
+			_, err := c.BatchV1().Jobs("kube-system").Get(ctx, "upgrade-health-check", metav1.GetOptions{})
 			return err
 		},
 		"list secrets": func() error { _, err := c.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); return err },

@@ -1,8 +1,8 @@
 // Package upgrade answers one question: is some node's apiserver upgrade
-// (or rollback) under way? Three signals, earliest first: kubeadm's
+// (or rollback) under way? Two signals, earliest first: kubeadm's
 // announcement, the Job its `kubeadm upgrade apply` preflight creates in
 // kube-system seconds to minutes before it changes any manifest
-// (announce.go; every agent follows kube-system's Jobs); each node's
+// (announce.go; every agent follows kube-system's Jobs); and each node's
 // static-pod manifest, which `kubeadm upgrade apply/node` rewrites with
 // the new image the instant before the kubelet restarts the apiserver (a
 // rollback restores the old one): each agent watches its own node's and,
