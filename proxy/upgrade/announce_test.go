@@ -67,7 +67,7 @@ func TestKubeadmAnnouncement(t *testing.T) {
 
 		createJob(t, client, Namespace, "upgrade-health-check-1764698400123")
 		synctest.Wait()
-		reason := "kubeadm upgrade begun: Job kube-system/upgrade-health-check-1764698400123 (its preflight health check)"
+		reason := "kubeadm upgrade announced: Job kube-system/upgrade-health-check-1764698400123 (the preflight of kubeadm upgrade apply, or plan)"
 		wantSignal(t, "node-a, the Job created", a, true, reason)
 		wantSignal(t, "node-c (no manifest), the Job created", c, true, reason)
 		wantSignal(t, "announcements off", off, false, "")
@@ -83,7 +83,7 @@ func TestKubeadmAnnouncement(t *testing.T) {
 		// A Job kubeadm could not delete counts for AnnounceFor.
 		createJob(t, client, Namespace, "upgrade-health-check-1764698500000")
 		synctest.Wait()
-		wantSignal(t, "node-c, a second Job", c, true, "kubeadm upgrade begun: Job kube-system/upgrade-health-check-1764698500000 (its preflight health check)")
+		wantSignal(t, "node-c, a second Job", c, true, "kubeadm upgrade announced: Job kube-system/upgrade-health-check-1764698500000 (the preflight of kubeadm upgrade apply, or plan)")
 		before := c.changes.Load()
 		time.Sleep(2 * time.Minute)
 		synctest.Wait()
