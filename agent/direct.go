@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -161,12 +162,24 @@ func (n *Node) steeredTargets() []netip.AddrPort {
 
 // notDirect tells the connections on the apiserver's addresses that it did
 // not take from a client itself: skewgate's own sockets (a steered
-// connection has the target as its local address too) and peer
-// apiservers' (their skewgates' forwarded requests).
+// connection has the target as its local address too), its predecessor's
+// (the skewgate it took the listening sockets from, which serves what it
+// accepted until drained) and peer apiservers' (their skewgates' forwarded
+// requests).
 func (n *Node) notDirect() (func(remote netip.AddrPort, inode uint32) bool, error) {
 	own, err := ownSocketInodes()
 	if err != nil {
 		return nil, err
+	}
+	switch p := n.cfg.Predecessor; {
+	case p < 0:
+		// Its sockets cannot be told from direct ones (another PID
+		// namespace: the pod without hostPID).
+		return nil, errors.New("the skewgate this one took over from is not visible here (hostPID): its connections cannot be told from direct ones")
+	case p > 0:
+		if err := predecessorSocketInodes(own, p); err != nil {
+			return nil, err
+		}
 	}
 	peers := map[netip.Addr]bool{}
 	if n.cfg.PeerAddrs != nil {

@@ -32,15 +32,19 @@ type NodeConfig struct {
 	Mode   func() Mode
 	Window func() Window
 	// ResetDirect ends the idle connections the apiserver accepted
-	// directly when steering engages after a standby (see resetDirect),
-	// so their clients reconnect through skewgate. Off by default:
-	// nothing is reset that the operator did not ask for.
+	// directly when steering engages after a standby for an upgrade (see
+	// resetDirect), so their clients reconnect through skewgate
+	// (--steering-reset-direct, on by default).
 	ResetDirect bool
 	// PinPath is the bpffs directory of every pin.
 	PinPath string
 	// Inherited is the listener a predecessor handed over (see
-	// Inheritance), used instead of binding the address.
-	Inherited *net.TCPListener
+	// Inheritance), used instead of binding the address. Predecessor is
+	// the process ID of the skewgate that handed it over (0: none; -1:
+	// one not visible from this PID namespace), whose connections a sweep
+	// leaves alone (or, unknown, does not run).
+	Inherited   *net.TCPListener
+	Predecessor int
 	// CgroupRoot is where connstat attaches (see CgroupRoot); empty: this
 	// mount namespace's cgroup2 mount, which in a pod is the pod's own.
 	CgroupRoot string

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -120,13 +122,20 @@ func addrPort(ip net.IP, port uint16) (netip.AddrPort, bool) {
 
 // ownSocketInodes are the inodes of this process's sockets.
 func ownSocketInodes() (map[uint64]bool, error) {
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return nil, err
-	}
 	out := map[uint64]bool{}
+	return out, addSocketInodes(out, "self")
+}
+
+// addSocketInodes adds to out the inodes of the sockets process pid ("self"
+// or a number) holds.
+func addSocketInodes(out map[uint64]bool, pid string) error {
+	dir := filepath.Join("/proc", pid, "fd")
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
 	for _, fd := range fds {
-		link, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		link, err := os.Readlink(filepath.Join(dir, fd.Name()))
 		if err != nil || !strings.HasPrefix(link, "socket:[") {
 			continue
 		}
@@ -135,7 +144,34 @@ func ownSocketInodes() (map[uint64]bool, error) {
 			out[ino] = true
 		}
 	}
-	return out, nil
+	return nil
+}
+
+// predecessorSocketInodes adds to out the sockets of the skewgate this
+// process took its listening sockets from (pid), while it runs: it still
+// serves the connections it accepted — steered ones, whose local address
+// is the apiserver's too — until they drained. A pid that is gone, or that
+// now names another program, adds nothing.
+func predecessorSocketInodes(out map[uint64]bool, pid int) error {
+	p := strconv.Itoa(pid)
+	comm, err := os.ReadFile(filepath.Join("/proc", p, "comm"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("the predecessor's process %d: %w", pid, err)
+	}
+	own, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(comm, own) {
+		return nil
+	}
+	if err := addSocketInodes(out, p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("the predecessor's sockets (process %d): %w", pid, err)
+	}
+	return nil
 }
 
 // destroy ends the socket s (as listed by a dump: its family, and its ID

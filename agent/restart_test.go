@@ -20,7 +20,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	children := map[string]func() error{"steer": runSteerChild, "agent": runAgentChild, "handover": runHandOverChild}
+	children := map[string]func() error{"steer": runSteerChild, "agent": runAgentChild, "handover": runHandOverChild, "hold": runHoldChild}
 	if run, ok := children[os.Getenv("SGT_CHILD")]; ok {
 		if err := run(); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)

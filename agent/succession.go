@@ -140,6 +140,9 @@ func (o *Offer) handOver(c *net.UnixConn, listeners map[string]*net.TCPListener)
 type Inheritance struct {
 	conn      *net.UnixConn
 	listeners map[string]*net.TCPListener
+	// pid is the predecessor's process ID as this process sees it
+	// (SO_PEERCRED; 0 in another PID namespace).
+	pid int
 }
 
 // Inherit asks the skewgate offering sockets at path for them. No offer
@@ -167,7 +170,7 @@ func Inherit(path string, timeout time.Duration) (*Inheritance, error) {
 		uc.Close()
 		return nil, fmt.Errorf("hand-over: %w", err)
 	}
-	in := &Inheritance{conn: uc, listeners: map[string]*net.TCPListener{}}
+	in := &Inheritance{conn: uc, listeners: map[string]*net.TCPListener{}, pid: peerPID(uc)}
 	var msg handOverMsg
 	if err := json.Unmarshal(buf[:n], &msg); err != nil || len(msg.Names) != len(fds) {
 		closeFDs(fds)
@@ -191,6 +194,20 @@ func Inherit(path string, timeout time.Duration) (*Inheritance, error) {
 		in.listeners[msg.Names[i]] = tl
 	}
 	return in, nil
+}
+
+// peerPID is the process ID of c's other end (0: unknown, or in a PID
+// namespace this process does not see).
+func peerPID(c *net.UnixConn) int {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var cred *unix.Ucred
+	if err := raw.Control(func(fd uintptr) { cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil || cred == nil {
+		return 0
+	}
+	return int(cred.Pid)
 }
 
 func parseRights(oob []byte) ([]int, error) {
@@ -383,6 +400,15 @@ func (s *Succession) Serving(ctx context.Context) error {
 
 // Inherited reports whether a predecessor handed its sockets over.
 func (s *Succession) Inherited() bool { return s.in != nil }
+
+// Predecessor is the process ID of the skewgate that handed its sockets
+// over (0: none, or not visible from this PID namespace).
+func (s *Succession) Predecessor() int {
+	if s.in == nil {
+		return 0
+	}
+	return s.in.pid
+}
 
 // HandedOver reports whether a successor took this process's sockets and
 // serves on them: stop without withdrawing steering.

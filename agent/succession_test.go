@@ -100,6 +100,9 @@ func TestSuccessionHandsTheSocketOver(t *testing.T) {
 	}
 	succ.in.Close()
 	succ, _ = NewSuccession(sock, 0, nil)
+	if got, want := succ.Predecessor(), os.Getpid(); got != want || old.Predecessor() != 0 {
+		t.Fatalf("predecessor's pid: %d, want %d (the first start's: %d, want 0)", got, want, old.Predecessor())
+	}
 	newLn, err := succ.Listen("proxy", addr)
 	if err != nil {
 		t.Fatal(err)

@@ -239,6 +239,9 @@ func run(ctx context.Context, o *runOptions) error {
 	if o.node.Inherited, err = succ.Listen("proxy", addr); err != nil {
 		return fmt.Errorf("--bind-address/--secure-port: %w", err)
 	}
+	if o.node.Predecessor = succ.Predecessor(); succ.Inherited() && o.node.Predecessor == 0 {
+		o.node.Predecessor = -1
+	}
 	node, err := agent.Listen(addr, o.node, reg)
 	if err != nil {
 		o.node.Inherited.Close()
