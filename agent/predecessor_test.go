@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -98,11 +99,25 @@ func TestSweepSparesThePredecessorsConnections(t *testing.T) {
 	}
 
 	// The pid reused by another program: its sockets are not skewgate's.
+	oc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oc.Close()
+	of, err := oc.(*net.TCPConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer of.Close()
 	other := exec.Command("sleep", "30")
+	other.ExtraFiles = []*os.File{of} // a socket of its own
 	if err := other.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { other.Process.Kill(); other.Wait() }()
+	if held := map[uint64]bool{}; addSocketInodes(held, strconv.Itoa(other.Process.Pid)) != nil || len(held) == 0 {
+		t.Fatal("the other program holds no socket: the check below would prove nothing")
+	}
 	m := map[uint64]bool{}
 	if err := predecessorSocketInodes(m, other.Process.Pid); err != nil || len(m) != 0 {
 		t.Errorf("another program's process: %d sockets, %v; want none", len(m), err)
