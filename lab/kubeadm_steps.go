@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 )
 
 // The operator's steps around kubeadm's: the kubelet upgraded after its
@@ -74,7 +75,76 @@ func (p *Plane) SetKubelet(ctx context.Context, name, version string, timeout ti
 	if err := waitKubeletVersion(wctx, p, n, version); err != nil {
 		return err
 	}
+	// A kubelet of another version may recreate every static pod of its
+	// node (1.36.3 → 1.37.2 does: new sandboxes, the old containers
+	// stopped), the apiserver and etcd included, a few seconds after it
+	// registered: the next step (a `kubeadm upgrade node` reading the
+	// cluster's configuration through the endpoint on node-a) must not
+	// start in the middle of that.
+	if err := p.waitControlPlaneSettled(wctx, n, settleQuiet); err != nil {
+		return fmt.Errorf("kubelet %s on %s: %w", version, name, err)
+	}
 	return cordon(false)
+}
+
+// settleQuiet is how long a node's control plane must stay ready before
+// it counts as settled.
+const settleQuiet = 15 * time.Second
+
+// waitControlPlaneSettled waits until node n's apiserver passes /readyz
+// and each of its static control-plane pods (etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler) is Ready, without a break, for
+// quiet.
+func (p *Plane) waitControlPlaneSettled(ctx context.Context, n Node, quiet time.Duration) error {
+	c, err := p.AdminClient(n)
+	if err != nil {
+		return err
+	}
+	ready := p.apiserverReady(n)
+	var since time.Time
+	last := "not checked"
+	for {
+		ok, detail := ready(ctx)
+		last = detail
+		if ok {
+			ok, last = controlPlanePodsReady(ctx, c, n.Name)
+		}
+		switch {
+		case !ok:
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) >= quiet:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("control plane of %s not settled (%s)", n.Name, last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// controlPlanePodsReady reports whether every static control-plane pod
+// kubeadm runs on node is Ready, and if not, which is not.
+func controlPlanePodsReady(ctx context.Context, c kubernetes.Interface, node string) (bool, string) {
+	pods, err := c.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "tier=control-plane", FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return false, err.Error()
+	}
+	seen := map[string]bool{}
+	for _, pod := range pods.Items {
+		if !podReady(pod) {
+			return false, pod.Name + " not Ready"
+		}
+		seen[pod.Labels["component"]] = true
+	}
+	for _, component := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		if !seen[component] {
+			return false, "no " + component + " pod on " + node
+		}
+	}
+	return true, "ready"
 }
 
 // waitKubeletVersion waits until node n is Ready with a kubelet of

@@ -7,6 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/yaml"
 )
 
@@ -243,5 +249,51 @@ func TestKubeadmInTreeProxy(t *testing.T) {
 	v.InTreeProxy = false
 	if off := extraArgsOf(t, v); off["feature-gates"] != "UnknownVersionInteroperabilityProxy=false" || len(off) != 1 {
 		t.Errorf("in-tree proxy off at %s: %v", v.Version, off)
+	}
+}
+
+// A node's control plane is settled only with all four of kubeadm's static
+// pods on it Ready: the kubelet of 1.37.2 recreates them after it
+// registers, so a node Ready with its new kubelet is not enough.
+func TestControlPlanePodsReady(t *testing.T) {
+	pod := func(node, component string, ready corev1.ConditionStatus) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: component + "-" + node, Namespace: "kube-system",
+				Labels: map[string]string{"tier": "control-plane", "component": component}},
+			Spec:   corev1.PodSpec{NodeName: node},
+			Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}},
+		}
+	}
+	all := func(node string, apiserver corev1.ConditionStatus) []runtime.Object {
+		return []runtime.Object{pod(node, "etcd", corev1.ConditionTrue), pod(node, "kube-apiserver", apiserver),
+			pod(node, "kube-controller-manager", corev1.ConditionTrue), pod(node, "kube-scheduler", corev1.ConditionTrue)}
+	}
+	for _, tc := range []struct {
+		name    string
+		objects []runtime.Object
+		want    bool
+	}{
+		{"all Ready", all("node-a", corev1.ConditionTrue), true},
+		{"apiserver recreated, not Ready yet", all("node-a", corev1.ConditionFalse), false},
+		{"etcd's pod not there yet", all("node-a", corev1.ConditionTrue)[1:], false},
+		{"another node's pods", all("node-b", corev1.ConditionTrue), false},
+	} {
+		c := fake.NewClientset(tc.objects...)
+		// The fake clientset ignores field selectors: filter as the
+		// apiserver would.
+		c.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			sel := a.(k8stesting.ListAction).GetListRestrictions().Fields
+			var list corev1.PodList
+			for _, o := range tc.objects {
+				p := o.(*corev1.Pod)
+				if sel.Matches(fields.Set{"spec.nodeName": p.Spec.NodeName}) {
+					list.Items = append(list.Items, *p)
+				}
+			}
+			return true, &list, nil
+		})
+		if got, detail := controlPlanePodsReady(t.Context(), c, "node-a"); got != tc.want {
+			t.Errorf("%s: ready %t (%s), want %t", tc.name, got, detail, tc.want)
+		}
 	}
 }
