@@ -31,6 +31,8 @@ var (
 	env      *labtest.Env
 	skewgate lab.Proc
 	haproxy  lab.Proc
+	// goProxy is bench.BareProxy: the floor of any Go L7 hop.
+	goProxy lab.Proc
 	// standby is node-b's skewgate, installed but not steering: what
 	// mode auto is outside a skew window (this plane is always in one, so
 	// it runs in mode off, whose kernel path is the same: lease 0).
@@ -38,15 +40,27 @@ var (
 )
 
 // Addresses the benchmark adds: direct connections come from exempt, which
-// skewgate does not steer; HAProxy listens on haproxyAddr.
+// skewgate does not steer; HAProxy listens on haproxyAddr, the bare Go
+// proxy on goProxyAddr.
 var (
 	exempt      = netip.MustParseAddr("198.18.0.253")
 	haproxyAddr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 16443)
+	goProxyAddr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 16444)
 )
 
 // TestMain brings the lab up only to run the benchmark: go test without
 // -bench (as in make test) runs the report's own tests and needs no lab.
+// Started with bench.BareProxyCommand, the test binary is the bare Go
+// proxy (startGoProxy).
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == bench.BareProxyCommand {
+		p, err := bench.ParseBareProxy(os.Args[2:])
+		if err == nil {
+			err = p.Serve()
+		}
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	flag.Parse()
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
 		os.Exit(m.Run())
@@ -76,7 +90,39 @@ func setup(ctx context.Context, e *labtest.Env) error {
 	if standby, err = e.Plane.StartSkewgate(ctx, "node-b", e.Skewgate, mode, 30*time.Second); err != nil {
 		return err
 	}
-	return startHAProxy(ctx, e.Plane)
+	if err := startHAProxy(ctx, e.Plane); err != nil {
+		return err
+	}
+	return startGoProxy(ctx, e.Plane)
+}
+
+// startGoProxy runs bench.BareProxy (this test binary) in the root
+// namespace in front of node-a's apiserver, connecting from the exempt
+// address.
+func startGoProxy(ctx context.Context, p *lab.Plane) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	a, _ := p.Node("node-a")
+	bp := bench.BareProxy{Listen: goProxyAddr.String(), Cert: p.PKI.Serving["node-a"].CertFile, Key: p.PKI.Serving["node-a"].KeyFile,
+		ClientCA: p.PKI.CAFile, Upstream: a.URL(), UpstreamCA: p.PKI.CAFile, FrontProxyCert: p.PKI.FrontProxyClient.CertFile,
+		FrontProxyKey: p.PKI.FrontProxyClient.KeyFile, Source: exempt.String()}
+	if goProxy, err = p.StartAux("go-proxy", self, bp.Args()); err != nil {
+		return err
+	}
+	return waitListening(ctx, "go-proxy", goProxyAddr)
+}
+
+// waitListening waits until addr accepts connections.
+func waitListening(ctx context.Context, name string, addr netip.AddrPort) error {
+	for ctx.Err() == nil {
+		if c, err := net.DialTimeout("tcp", addr.String(), time.Second); err == nil {
+			return c.Close()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not listening on %s: %w", name, addr, ctx.Err())
 }
 
 // startHAProxy runs Debian's HAProxy in TCP mode in the root namespace in
@@ -107,13 +153,7 @@ backend node-a
 	if haproxy, err = p.StartAux("haproxy", bin, []string{"-db", "-f", cfg}); err != nil {
 		return err
 	}
-	for ctx.Err() == nil {
-		if c, err := net.DialTimeout("tcp", haproxyAddr.String(), time.Second); err == nil {
-			return c.Close()
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("haproxy not listening on %s: %w", haproxyAddr, ctx.Err())
+	return waitListening(ctx, "haproxy", haproxyAddr)
 }
 
 const (
@@ -150,6 +190,7 @@ func config(b *testing.B) bench.Config {
 		Paths: []bench.Path{
 			{Route: "local", Name: "direct", URL: aURL + configmaps, Client: direct},
 			{Route: "local", Name: "haproxy", URL: "https://" + haproxyAddr.String() + configmaps, Client: client(b, netip.Addr{}, a.IP.String()), Proxy: haproxy.PID},
+			{Route: "local", Name: "go-proxy", URL: "https://" + goProxyAddr.String() + configmaps, Client: client(b, netip.Addr{}, a.IP.String()), Proxy: goProxy.PID},
 			{Route: "local", Name: "skewgate", URL: aURL + configmaps, Client: steered, Proxy: skewgate.PID, Want: "local"},
 			{Route: "peer", Name: "direct", URL: bURL + workloads, Client: client(b, netip.Addr{}, "")},
 			{Route: "peer", Name: "in-tree", URL: aURL + workloads, Client: client(b, exempt, ""), Proxy: server.PID},

@@ -59,8 +59,11 @@ certificate, over HTTP/2 with reused connections, as client-go does; its
 direct connections come from an address exempt from steering.
 
 **Paths.** local: a list of default/configmaps, which node-a serves — direct
-to node-a, through HAProxy (Debian's, TCP mode, in front of node-a), and
-through skewgate (routed locally). peer: a list of
+to node-a, through HAProxy (Debian's, TCP mode, in front of node-a), through
+go-proxy (the floor of any Go L7 hop: the standard library's reverse proxy
+over the same TLS and HTTP/2, verifying the client certificate and passing
+the identity on as front-proxy headers, as skewgate does, and nothing else;
+lab/bench BareProxy), and through skewgate (routed locally). peer: a list of
 scheduling.k8s.io/v1alpha2 workloads, which only node-b serves — direct to
 node-b, through node-a's in-tree proxy, and through skewgate (routed to
 node-b), skewgate steering always (an armed cluster, or mode auto in a skew
@@ -102,7 +105,12 @@ const docTail = `
 - The hop's cost is CPU: each request is decrypted, parsed as HTTP/2,
   routed, and encrypted again towards the apiserver, and the answer comes
   back the same way. HAProxy in TCP mode does none of that, which is why it
-  is nearly free and why it cannot route by resource.
+  is nearly free and why it cannot route by resource. go-proxy does that
+  much and nothing more: its CPU per request is what Go's net/http,
+  crypto/tls and HTTP/2 cost for one hop, and skewgate's CPU above it is
+  skewgate's own work (routing, metrics, failover, the identity checks).
+  A goal below go-proxy's figure is one no Go L7 proxy meets on this
+  machine.
 - A request's latency through skewgate adds that CPU to the direct path's
   when the machine is idle; at saturation on 2 cores, skewgate's CPU per
   request is taken from the apiserver's and the load generator's, which is

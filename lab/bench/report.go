@@ -128,6 +128,11 @@ func (r *Report) Goals() []Goal {
 	if in := r.Latency["peer/in-tree"]; len(in) > 0 {
 		add("peer p50 ≤ 0.60 × in-tree proxy", micros(quantile(r.Latency["peer/skewgate"], .5))/micros(quantile(in, .5)), 0.60, true, "")
 	}
+	local := r.Load["local/skewgate"]
+	add("local proxy CPU ≤ 80 µs per request", micros(local.PerRequest(local.ProxyCPU)), 80, true, " µs")
+	if floor, ok := r.Load["local/go-proxy"]; ok && floor.ProxyCPU > 0 {
+		add("local proxy CPU ≤ 1.15 × go-proxy's (the bare Go hop)", float64(local.PerRequest(local.ProxyCPU))/float64(floor.PerRequest(floor.ProxyCPU)), 1.15, true, "")
+	}
 	add("skewgate RSS idle ≤ 64 MiB", mib(r.RSSIdle), 64, true, " MiB")
 	add("skewgate RSS with watches + GETs ≤ 160 MiB", mib(r.Watch["local/skewgate"].RSSPeak), 160, true, " MiB")
 	for _, c := range r.BPF {
