@@ -82,7 +82,7 @@ func routine(t *testing.T) {
 type seen struct {
 	scrapes, failed, steering int
 	window                    time.Time // when skewgate_skew_window was first seen 1
-	resets                    int    // skewgate_steering_reset_connections_total's increase
+	resets                    int       // skewgate_steering_reset_connections_total's increase
 }
 
 var (
