@@ -178,8 +178,9 @@ func waitKubeletVersion(ctx context.Context, p *Plane, n Node, version string) e
 // (/etc/kubernetes/tmp/kubeadm-kubelet-config-*/config.yaml) — and waits
 // until the node's apiserver is ready on version. The kubelet keeps
 // running: SetKubelet downgrades it, the operator's next step. It returns
-// what the commands printed; it fails if the diff found etcd's manifest
-// changed, since the lab's etcd is one version on both sides.
+// what the commands printed; it fails if etcd's image changed, since the
+// lab's etcd is one version on both sides (its manifest may differ: see
+// the runbook's etcd caveat).
 func (p *Plane) KubeadmRollback(ctx context.Context, name, version string, timeout time.Duration) (string, error) {
 	n, ok := p.Node(name)
 	if !ok {
@@ -189,8 +190,8 @@ func (p *Plane) KubeadmRollback(ctx context.Context, name, version string, timeo
 	if err != nil {
 		return out, fmt.Errorf("rollback %s: %w", name, err)
 	}
-	if !strings.Contains(out, "etcd: unchanged by the upgrade") {
-		return out, fmt.Errorf("rollback %s: etcd's manifest differs from kubeadm's backup:\n%s", name, out)
+	if !strings.Contains(out, "etcd: same image as before the upgrade") {
+		return out, fmt.Errorf("rollback %s: etcd's image differs from kubeadm's backup:\n%s", name, out)
 	}
 	fmt.Fprintf(p.out, "lab: %s: the runbook's rollback ran:\n%s", name, indent(out))
 	if err := p.waitAPIServerVersion(ctx, n, version, timeout); err != nil {
