@@ -47,8 +47,8 @@ type Config struct {
 	// Skewgate is skewgate's PID and Admin its admin listener's URL.
 	Skewgate int
 	Admin    string
-	// Watch is the watch-heavy load, run on the local direct and
-	// skewgate paths.
+	// Watch is the watch-heavy load, run on the local direct, go-proxy
+	// and skewgate paths.
 	Watch WatchLoad
 	// ProfileDir, if set, receives a CPU profile of skewgate (from its
 	// /debug/pprof) for each of its paths' first saturation round, and

@@ -86,7 +86,7 @@ the proxy process and node-a's apiserver spent per request, from
 		c.Sequential, c.Concurrency, c.Saturation, c.Rounds)
 	r.WriteTable(b)
 	fmt.Fprintf(b, "\n![latency distributions](%s)\n\n", ChartFile)
-	fmt.Fprintf(b, "## Watch-heavy\n\n%d watches of default/configmaps open, and %d GETs a second beside them for %s, on the local direct and skewgate paths.\n\n",
+	fmt.Fprintf(b, "## Watch-heavy\n\n%d watches of default/configmaps open, and %d GETs a second beside them for %s, on the local direct, go-proxy and skewgate paths (each its own watches and GETs, one path after the other).\n\n",
 		c.Watch.Watches, c.Watch.RPS, c.Watch.Duration)
 	r.WriteWatch(b)
 	fmt.Fprintf(b, "\nskewgate's resident set: %.0f MiB idle, %.0f MiB after saturation.\n\n", mib(r.RSSIdle), mib(r.RSSLoaded))

@@ -69,7 +69,7 @@ func (r *Report) WriteTable(w io.Writer) {
 
 // WriteWatch writes the watch-heavy table.
 func (r *Report) WriteWatch(w io.Writer) {
-	fmt.Fprintln(w, "| path | GET p50 µs | GET p99 µs | p50 × | p99 × | GETs | proxy CPU µs/GET | skewgate RSS peak MiB |")
+	fmt.Fprintln(w, "| path | GET p50 µs | GET p99 µs | p50 × | p99 × | GETs | proxy CPU µs/GET | proxy RSS peak MiB |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|")
 	base := r.Watch["local/direct"].Latency
 	for _, p := range r.Config.Paths {

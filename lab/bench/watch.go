@@ -23,16 +23,17 @@ type WatchLoad struct {
 type WatchResult struct {
 	Latency  []time.Duration // of the GETs, sorted
 	ProxyCPU time.Duration
-	// RSSPeak is skewgate's largest resident set meanwhile (sampled every
-	// second; 0 on the direct path).
+	// RSSPeak is the proxy's largest resident set meanwhile (sampled
+	// every second; 0 on the direct path).
 	RSSPeak int64
 }
 
-// watchHeavy runs the watch load on the local direct and skewgate paths.
+// watchHeavy runs the watch load on the local direct, go-proxy and
+// skewgate paths.
 func watchHeavy(ctx context.Context, cfg Config) (map[string]WatchResult, error) {
 	out := map[string]WatchResult{}
 	for _, p := range cfg.Paths {
-		if p.Route != "local" || p.Name != "direct" && p.Name != "skewgate" {
+		if p.Route != "local" || p.Name != "direct" && p.Name != "go-proxy" && p.Name != "skewgate" {
 			continue
 		}
 		res, err := watchPath(ctx, p, cfg)
