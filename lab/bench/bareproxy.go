@@ -68,8 +68,16 @@ func ParseBareProxy(args []string) (BareProxy, error) {
 	return p, nil
 }
 
-// Serve runs the proxy until its listener fails.
+// Serve runs the proxy on p.Listen until its listener fails.
 func (p BareProxy) Serve() error {
+	l, err := net.Listen("tcp", p.Listen)
+	if err != nil {
+		return err
+	}
+	return p.serve(l)
+}
+
+func (p BareProxy) serve(l net.Listener) error {
 	target, err := url.Parse(p.Upstream)
 	if err != nil {
 		return err
@@ -116,13 +124,12 @@ func (p BareProxy) Serve() error {
 		BufferPool: barePool{},
 	}
 	srv := &http.Server{
-		Addr:      p.Listen,
 		Handler:   rp,
 		TLSConfig: &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientCAs},
 		// kube-apiserver's and skewgate's stream limit.
 		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000},
 	}
-	return srv.ListenAndServeTLS(p.Cert, p.Key)
+	return srv.ServeTLS(l, p.Cert, p.Key)
 }
 
 func certPool(file string) (*x509.CertPool, error) {
