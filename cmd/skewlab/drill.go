@@ -74,6 +74,7 @@ func newDrillCmd() *cobra.Command {
 	f.StringVar(&o.OutDir, "images", "", "where the report's PNGs go (default docs/drill, for another pair docs/drill/<to's minor>)")
 	f.StringVar(&o.Prometheus, "prometheus", "", "prometheus binary (default: from $PATH)")
 	f.BoolVar(&o.KeepFailed, "keep-failed", false, "leave a failed mode's plane up, logs and node files included, and stop there (skewlab down --dir removes it)")
+	f.BoolVar(&o.KeepLast, "keep-last", false, "leave the last mode's plane up even when it passes, logs and node files included (skewlab down --dir removes it)")
 	return cmd
 }
 

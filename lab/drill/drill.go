@@ -97,7 +97,13 @@ type Options struct {
 	// and node files there to read (`skewlab down --dir` removes it), and
 	// runs no further mode.
 	KeepFailed bool
-	Progress   io.Writer
+	// KeepLast leaves the last mode's plane up even when it passes: its
+	// controllers' logs, its etcd, its skewgate pods to read after the
+	// report (`skewlab down --dir` removes it).
+	KeepLast bool
+	// keep: this mode's plane stays up (KeepLast, on the last mode).
+	keep     bool
+	Progress io.Writer
 	// Build names what was measured, as the report says it (e.g.
 	// skewgate's version).
 	Build string
@@ -175,9 +181,11 @@ func Run(ctx context.Context, o Options) ([]*Result, error) {
 		return nil, err
 	}
 	var out []*Result
-	for _, mode := range o.Modes {
+	for i, mode := range o.Modes {
 		fmt.Fprintf(o.Progress, "drill: %s\n", mode)
-		r, err := runMode(ctx, o, mode)
+		mo := o
+		mo.keep = o.KeepLast && i == len(o.Modes)-1
+		r, err := runMode(ctx, mo, mode)
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", mode, err)
 		}
@@ -239,6 +247,10 @@ func runMode(ctx context.Context, o Options, mode string) (_ *Result, err error)
 	defer func() {
 		if err != nil && o.KeepFailed {
 			fmt.Fprintf(o.Progress, "drill: %s failed; its plane is left up in %s (skewlab down --dir %s)\n", mode, o.Dir, o.Dir)
+			return
+		}
+		if o.keep {
+			fmt.Fprintf(o.Progress, "drill: %s's plane is left up in %s (skewlab down --dir %s)\n", mode, o.Dir, o.Dir)
 			return
 		}
 		if err := lab.Down(o.Dir); err != nil {
