@@ -165,6 +165,12 @@ const (
 // (-benchtime 1x). It prints the table and, with -out, writes
 // docs/benchmarks.md and the chart.
 func BenchmarkTable(b *testing.B) {
+	if *profileDir != "" {
+		// Made now: a missing directory would fail the run at its end.
+		if err := os.MkdirAll(*profileDir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
 	cfg := config(b)
 	for range b.N {
 		r, err := bench.Run(context.Background(), cfg, os.Stderr)
