@@ -28,10 +28,10 @@ var (
 	membersDesc = prometheus.NewDesc("skewgate_members",
 		"Members (not departed) whose discovery is known.", nil, nil)
 	graceEndDesc = prometheus.NewDesc("skewgate_rollback_grace_end_timestamp_seconds",
-		"When the rollback grace of a resource type ends (Unix time): until then rule 5 answers it 503 with Retry-After, after it the local server's 404. Only types the grace holds now; `skewgate routes` lists them.",
+		"When the rollback grace of a resource type ends (Unix time): until then rule 5 answers it 503 with Retry-After, after it the local server's 404. Merged discovery stops listing it one discovery settle (60 s) earlier. Only types the grace holds now; `skewgate routes` lists them.",
 		[]string{"group", "version", "resource"}, nil)
 	graceOverrideDesc = prometheus.NewDesc("skewgate_rollback_grace_override_timestamp_seconds",
-		"The cluster's override of the rollback grace (kube-system/skewgate, rollback-grace-until; Unix time): every grace that began before it ends then. Absent when not set.",
+		"The cluster's override of the rollback grace (kube-system/skewgate, rollback-grace-until; Unix time): every grace that began before it ends then (in discovery; its 503s one discovery settle later). Absent when not set.",
 		nil, nil)
 	discoveryOKDesc = prometheus.NewDesc("skewgate_server_discovery_ok",
 		"Whether the last discovery fetch from the apiserver succeeded (1) or failed, last-known-good kept (0).",

@@ -64,9 +64,38 @@ func (m *Members) graceEnd(start time.Time) time.Time {
 	return start.Add(max(m.cfg.Grace, 0))
 }
 
-// inGrace reports whether a grace that began at start holds at now.
+// inGrace reports whether a grace that began at start holds at now:
+// merged discovery lists what it holds (Stale).
 func (m *Members) inGrace(start, now time.Time) bool {
 	return !start.IsZero() && now.Before(m.graceEnd(start))
+}
+
+// DiscoverySettle is how long rule 5 still answers 503, after a grace
+// ended, for what it held: merged discovery stops listing a type when its
+// grace ends, and a client acts on discovery it read up to a refresh ago.
+// kube-controller-manager's garbage collector re-reads discovery every
+// 30 s; until then it still maps the type, and a 404 for an owner of it
+// reads as "the owner is gone": its dependents are deleted. Seen in the
+// 1.36 → 1.37 kubeadm drill (docs/routing.md, "The rollback grace").
+const DiscoverySettle = time.Minute
+
+// holdEnd is when rule 5 stops holding what a grace that began at start
+// held: its end plus DiscoverySettle. No grace (--rollback-grace=0, no
+// override) holds nothing: absent at once means at once.
+func (m *Members) holdEnd(start time.Time) time.Time {
+	if u := m.graceUntil.Load(); u != nil && !start.After(*u) {
+		return u.Add(DiscoverySettle)
+	}
+	if m.cfg.Grace <= 0 {
+		return start
+	}
+	return start.Add(m.cfg.Grace + DiscoverySettle)
+}
+
+// inHold reports whether rule 5 holds at now what a grace that began at
+// start held: within the grace or its settle.
+func (m *Members) inHold(start, now time.Time) bool {
+	return !start.IsZero() && now.Before(m.holdEnd(start))
 }
 
 // anyOf serves what any of its capabilities serves: the types some member
@@ -108,9 +137,12 @@ func (a anyOf) Resources(gv schema.GroupVersion) []string {
 type GraceType struct {
 	GVR schema.GroupVersionResource `json:"gvr"`
 	// Since is when its grace began (the earliest of its servers'), and
-	// Until when it ends, as things stand (the latest of its servers').
-	Since time.Time `json:"since"`
-	Until time.Time `json:"until"`
+	// Until when rule 5's 503 for it ends, as things stand (the latest of
+	// its servers'). Merged discovery lists it until Listed, one
+	// DiscoverySettle earlier: clients drop it before it is absent.
+	Since  time.Time `json:"since"`
+	Until  time.Time `json:"until"`
+	Listed time.Time `json:"listed"`
 	// Servers served it; Why says how each stopped.
 	Servers []string `json:"servers"`
 	Why     []string `json:"why"`
@@ -118,14 +150,18 @@ type GraceType struct {
 
 // graceSource is one server's types held by a grace.
 type graceSource struct {
-	id, why string
-	caps    *discovery.Capabilities
-	since   time.Time
-	until   time.Time
+	id, why       string
+	caps          *discovery.Capabilities
+	since         time.Time
+	until, listed time.Time
+}
+
+func (m *Members) graceSource(id, why string, caps *discovery.Capabilities, since time.Time) graceSource {
+	return graceSource{id, why, caps, since, m.holdEnd(since), m.graceEnd(since)}
 }
 
 // InGrace lists, sorted, the resource types that rule 5 answers with 503
-// now because a grace holds them: types a departed server, a server back
+// now because a grace, or its settle, holds them: types a departed server, a server back
 // serving less, or one down and not re-read served, which no server in
 // routing serves. Bounded by discovery: nothing a client sent names them.
 func (m *Members) InGrace() []GraceType {
@@ -135,12 +171,12 @@ func (m *Members) InGrace() []GraceType {
 	for id, s := range m.servers {
 		st, d := s.status(), s.doubt()
 		switch {
-		case st.Departed != nil && m.inGrace(*st.Departed, now):
-			sources = append(sources, graceSource{id, "departed", snap.Capabilities(id), *st.Departed, m.graceEnd(*st.Departed)})
-		case d.lost != nil && m.inGrace(d.lostSince, now):
-			sources = append(sources, graceSource{id, "came back serving less", d.lost, d.lostSince, m.graceEnd(d.lostSince)})
-		case d.unconfirmed && d.preDown != nil && m.inGrace(d.downSince, now):
-			sources = append(sources, graceSource{id, "down, not re-read since", d.preDown, d.downSince, m.graceEnd(d.downSince)})
+		case st.Departed != nil && m.inHold(*st.Departed, now):
+			sources = append(sources, m.graceSource(id, "departed", snap.Capabilities(id), *st.Departed))
+		case d.lost != nil && m.inHold(d.lostSince, now):
+			sources = append(sources, m.graceSource(id, "came back serving less", d.lost, d.lostSince))
+		case d.unconfirmed && d.preDown != nil && m.inHold(d.downSince, now):
+			sources = append(sources, m.graceSource(id, "down, not re-read since", d.preDown, d.downSince))
 		}
 	}
 	m.mu.Unlock()
@@ -164,6 +200,9 @@ func (m *Members) InGrace() []GraceType {
 				g.Servers, g.Why = append(g.Servers, src.id), append(g.Why, src.why)
 				if src.until.After(g.Until) {
 					g.Until = src.until
+				}
+				if src.listed.After(g.Listed) {
+					g.Listed = src.listed
 				}
 				if g.Since.IsZero() || src.since.Before(g.Since) {
 					g.Since = src.since

@@ -55,13 +55,13 @@ func (m *Members) SetPeers(peers []*url.URL) {
 	m.publish()
 }
 
-// forgetDeparted drops departed servers whose grace ended.
+// forgetDeparted drops departed servers whose grace and its settle ended.
 func (m *Members) forgetDeparted(now time.Time) {
 	var gone []string
 	m.mu.Lock()
 	for id, s := range m.servers {
 		st := s.status()
-		if st.Departed == nil || m.inGrace(*st.Departed, now) {
+		if st.Departed == nil || m.inHold(*st.Departed, now) {
 			continue
 		}
 		if s.stop != nil {

@@ -83,7 +83,7 @@ func (m *Members) SaveState(path string) error {
 			continue
 		}
 		saved := savedServer{URL: s.backend.URL.String(), Local: s.local, LastHealthy: last, FetchedAt: ds.FetchedAt, Doc: ds.Doc}
-		if lost != nil && m.inGrace(lostSince, now) {
+		if lost != nil && m.inHold(lostSince, now) {
 			saved.LostDoc, saved.LostSince = lost, lostSince
 		}
 		st.Servers = append(st.Servers, saved)
@@ -213,7 +213,7 @@ func (m *Members) restore(servers []savedServer, now time.Time) int {
 	defer m.mu.Unlock()
 	for _, saved := range servers {
 		u, err := url.Parse(saved.URL)
-		if err != nil || saved.Doc == nil || !m.inGrace(saved.LastHealthy, now) {
+		if err != nil || saved.Doc == nil || !m.inHold(saved.LastHealthy, now) {
 			continue
 		}
 		id := ID(u)
@@ -240,7 +240,7 @@ func (m *Members) restore(servers []savedServer, now time.Time) int {
 			s.unconfirmed, s.restored, s.downSince = true, true, saved.LastHealthy
 			s.preDown, s.preDownDoc = caps, saved.Doc
 		}
-		if saved.LostDoc != nil && m.inGrace(saved.LostSince, now) && s.lost == nil {
+		if saved.LostDoc != nil && m.inHold(saved.LostSince, now) && s.lost == nil {
 			s.lost, s.lostDoc, s.lostSince = discovery.NewCapabilities(saved.LostDoc), saved.LostDoc, saved.LostSince
 		}
 		s.mu.Unlock()

@@ -225,16 +225,16 @@ func TestGraceSurvivesRestart(t *testing.T) {
 		}
 	}
 	g := next.InGrace()
-	if len(g) != 1 || g[0].GVR != workloads.GVR || !g[0].Until.Equal(rolledAt.Add(time.Minute)) {
-		t.Errorf("in grace: %+v, want workloads until %v", g, rolledAt.Add(time.Minute))
+	if len(g) != 1 || g[0].GVR != workloads.GVR || !g[0].Until.Equal(rolledAt.Add(time.Minute+DiscoverySettle)) || !g[0].Listed.Equal(rolledAt.Add(time.Minute)) {
+		t.Errorf("in grace: %+v, want workloads listed until %v, 503 until %v", g, rolledAt.Add(time.Minute), rolledAt.Add(time.Minute+DiscoverySettle))
 	}
-	clock = rolledAt.Add(time.Minute)
+	clock = rolledAt.Add(time.Minute + DiscoverySettle)
 	next.publish()
 	if d := route.Decide(workloads, next.Table(), false, "c"); d.Rule != route.RuleNobody {
 		t.Errorf("the grace over: rule %s (%s), want the genuine 404 (rule 6)", d.Rule, d.Reason)
 	}
 	if g := next.InGrace(); len(g) != 0 {
-		t.Errorf("in grace after its end: %+v", g)
+		t.Errorf("in grace after its end and settle: %+v", g)
 	}
 	// Saved after its end, the grace is not written again.
 	if err := next.SaveState(path); err != nil {
@@ -257,9 +257,13 @@ func TestGraceOverride(t *testing.T) {
 	if r := rule(); r != route.RuleUnavailable {
 		t.Errorf("held to the override, past the flag's minute: rule %s, want 5", r)
 	}
-	m.SetGraceUntil(clock) // "end it now"
+	m.SetGraceUntil(clock) // "end it now": discovery drops it now, the 503 ends after the settle
+	if r := rule(); r != route.RuleUnavailable || listed(m) {
+		t.Errorf("ended by the override: rule %s, listed %t; want 5, not listed, for the settle", r, listed(m))
+	}
+	clock = clock.Add(DiscoverySettle)
 	if r := rule(); r != route.RuleNobody {
-		t.Errorf("ended by the override: rule %s, want 6", r)
+		t.Errorf("ended by the override, settled: rule %s, want 6", r)
 	}
 	m.SetGraceUntil(time.Time{})
 	if r := rule(); r != route.RuleNobody {
@@ -317,10 +321,10 @@ func TestRollbackWhileRestarting(t *testing.T) {
 	if d := route.Decide(workloads, next.Table(), false, "c"); d.Rule != route.RuleUnavailable || !slices.Equal(d.Servers, []string{next.localID}) {
 		t.Errorf("the local server rolled back across the restart: rule %s %v (%s), want 5 from the local server", d.Rule, d.Servers, d.Reason)
 	}
-	clock = clock.Add(time.Minute)
+	clock = clock.Add(time.Minute + DiscoverySettle)
 	next.publish()
 	if d := route.Decide(workloads, next.Table(), false, "c"); d.Rule != route.RuleNobody {
-		t.Errorf("a minute later: rule %s, want 6", d.Rule)
+		t.Errorf("the grace and its settle over: rule %s, want 6", d.Rule)
 	}
 }
 
@@ -328,13 +332,13 @@ func TestRollbackWhileRestarting(t *testing.T) {
 func TestGraceMetric(t *testing.T) {
 	clock := time.Now()
 	m := rolledBack(t, time.Minute, &clock)
-	want := fmt.Sprintf(`skewgate_rollback_grace_end_timestamp_seconds{group="scheduling.k8s.io",resource="workloads",version="v1alpha2"} %v`, float64(clock.Add(time.Minute).Unix()))
+	want := fmt.Sprintf(`skewgate_rollback_grace_end_timestamp_seconds{group="scheduling.k8s.io",resource="workloads",version="v1alpha2"} %v`, float64(clock.Add(time.Minute+DiscoverySettle).Unix()))
 	if got := gather(t, m); !strings.Contains(got, want) || strings.Contains(got, "override") {
 		t.Errorf("metrics lack %q or show an override:\n%s", want, got)
 	}
 	m.SetGraceUntil(clock.Add(time.Hour))
 	if got := gather(t, m); !strings.Contains(got, fmt.Sprintf("skewgate_rollback_grace_override_timestamp_seconds %v", float64(clock.Add(time.Hour).Unix()))) ||
-		!strings.Contains(got, fmt.Sprintf("} %v", float64(clock.Add(time.Hour).Unix()))) {
+		!strings.Contains(got, fmt.Sprintf("} %v", float64(clock.Add(time.Hour+DiscoverySettle).Unix()))) {
 		t.Errorf("after an override an hour on:\n%s", got)
 	}
 }
@@ -474,9 +478,55 @@ func TestDepartedKeepsItsRollbackGrace(t *testing.T) {
 		t.Errorf("departed inside its rollback's grace: rule %s %v (%s), want 5 from 10.0.0.2", d.Rule, d.Servers, d.Reason)
 	}
 	clock = clock.Add(time.Minute)
+	m.forgetDeparted(clock)
+	m.publish()
+	if d := route.Decide(workloads, m.Table(), false, "c"); d.Rule != route.RuleUnavailable || listed(m) {
+		t.Errorf("the grace over, in its settle: rule %s (%s), listed %t; want 5, not listed", d.Rule, d.Reason, listed(m))
+	}
+	clock = clock.Add(DiscoverySettle)
+	m.forgetDeparted(clock)
 	m.publish()
 	if d := route.Decide(workloads, m.Table(), false, "c"); d.Rule != route.RuleNobody {
-		t.Errorf("the grace over: rule %s (%s), want 6", d.Rule, d.Reason)
+		t.Errorf("the grace and its settle over: rule %s (%s), want 6", d.Rule, d.Reason)
+	}
+	if _, ok := m.servers["10.0.0.2:6443"]; ok {
+		t.Errorf("the departed server is kept after its grace and settle")
+	}
+}
+
+// listed reports whether m's merged discovery lists workloads' group.
+func listed(m *Members) bool {
+	return slices.ContainsFunc(m.Discovery().Merged.APIs().Items, func(g apidiscoveryv2.APIGroupDiscovery) bool { return g.Name == workloads.GVR.Group })
+}
+
+// Bug, seen in the 1.36 → 1.37 kubeadm drill (20 dependents deleted while
+// their owners existed, with skewgate only): at the grace's end merged
+// discovery dropped the rolled-back type and rule 5's 503 became a 404 at
+// the same instant. kube-controller-manager's garbage collector still
+// mapped the type (it re-reads discovery every 30 s), read its owners,
+// took the 404 for "owner gone" and deleted their dependents. Discovery
+// now drops the type at the grace's end, and rule 5 answers 503 for
+// DiscoverySettle more: a client sees the type absent before it is.
+func TestGraceEndsInDiscoveryBeforeThe404(t *testing.T) {
+	clock := time.Now()
+	m := rolledBack(t, time.Minute, &clock)
+	rolledAt := clock
+	for _, tc := range []struct {
+		at     time.Duration
+		listed bool
+		rule   route.Rule
+	}{
+		{0, true, route.RuleUnavailable},
+		{time.Minute - time.Second, true, route.RuleUnavailable},
+		{time.Minute, false, route.RuleUnavailable},
+		{time.Minute + DiscoverySettle - time.Second, false, route.RuleUnavailable},
+		{time.Minute + DiscoverySettle, false, route.RuleNobody},
+	} {
+		clock = rolledAt.Add(tc.at)
+		m.publish()
+		if d := route.Decide(workloads, m.Table(), false, "c"); d.Rule != tc.rule || listed(m) != tc.listed {
+			t.Errorf("%s after the rollback: rule %s (%s), listed in discovery %t; want rule %s, listed %t", tc.at, d.Rule, d.Reason, listed(m), tc.rule, tc.listed)
+		}
 	}
 }
 

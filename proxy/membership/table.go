@@ -40,9 +40,10 @@ func (m *Members) publish() {
 
 	m.store.SetHealthy(healthy)
 	inGrace := func(start time.Time) bool { return m.inGrace(start, now) }
+	inHold := func(start time.Time) bool { return m.inHold(start, now) }
 	m.store.SetAway(awayDocs(m.store.Snapshot(), statuses, doubts, inGrace))
 	snap := m.store.Snapshot()
-	t := &route.Table{Served: served(snap, statuses, doubts, inGrace)}
+	t := &route.Table{Served: served(snap, statuses, doubts, inHold)}
 	for id, st := range statuses {
 		rs := route.Server{ID: id, Healthy: st.Healthy, Latency: st.Latency, Departed: st.Departed != nil}
 		if c := snap.Capabilities(id); c != nil {
@@ -60,11 +61,12 @@ func (m *Members) publish() {
 		rs.Unknown = rs.Unknown || d.unconfirmed && inGrace(d.downSince)
 		// A departed server keeps its rollback's grace too: one that
 		// shuts down for its next upgrade leaves the cluster's list
-		// while what it served before the rollback is still held.
+		// while what it served before the rollback is still held. Held
+		// past the grace for its settle: discovery no longer lists it.
 		switch {
-		case d.lost != nil && inGrace(d.lostSince):
+		case d.lost != nil && inHold(d.lostSince):
 			rs.Lost = d.lost
-		case d.unconfirmed && d.preDown != nil && inGrace(d.downSince):
+		case d.unconfirmed && d.preDown != nil && inHold(d.downSince):
 			// Until the first read after its return is judged, what it
 			// served before is all routing may assume it lost.
 			rs.Lost = d.preDown
@@ -129,24 +131,25 @@ func awayDocs(snap *discovery.Snapshot, statuses map[string]Status, doubts map[s
 	return out
 }
 
-// served is what some member served within the grace: every document
-// membership holds (members', and departed servers' within their grace)
-// and what servers served before they went down or came back serving
-// less. Rule 5 holds only these types: any other is absent, a genuine
-// 404 at once, even while a peer is away or not known yet.
-func served(snap *discovery.Snapshot, statuses map[string]Status, doubts map[string]doubt, inGrace func(time.Time) bool) route.Capabilities {
+// served is what some member served within the grace and its settle
+// (inHold): every document membership holds (members', and departed
+// servers' within theirs) and what servers served before they went down
+// or came back serving less. Rule 5 holds only these types: any other is
+// absent, a genuine 404 at once, even while a peer is away or not known
+// yet.
+func served(snap *discovery.Snapshot, statuses map[string]Status, doubts map[string]doubt, inHold func(time.Time) bool) route.Capabilities {
 	var out anyOf
 	for _, id := range snap.IDs {
 		st, member := statuses[id]
-		if c := snap.Capabilities(id); c != nil && member && (st.Departed == nil || inGrace(*st.Departed)) {
+		if c := snap.Capabilities(id); c != nil && member && (st.Departed == nil || inHold(*st.Departed)) {
 			out = append(out, c)
 		}
 	}
 	for _, d := range doubts {
-		if d.lost != nil && inGrace(d.lostSince) {
+		if d.lost != nil && inHold(d.lostSince) {
 			out = append(out, d.lost)
 		}
-		if d.unconfirmed && d.preDown != nil && inGrace(d.downSince) {
+		if d.unconfirmed && d.preDown != nil && inHold(d.downSince) {
 			out = append(out, d.preDown)
 		}
 	}

@@ -121,13 +121,13 @@ func printGrace(out io.Writer, v admin.RoutesView) {
 	}
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "IN ROLLBACK GRACE (503)\tUNTIL\tLEFT\tSERVED BY")
+	fmt.Fprintln(tw, "IN ROLLBACK GRACE (503)\tUNTIL\tLEFT\tIN DISCOVERY UNTIL\tSERVED BY")
 	for _, g := range v.Grace {
 		var by []string
 		for i, id := range g.Servers {
 			by = append(by, id+" ("+g.Why[i]+")")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", gvrString(g.GVR), g.Until.UTC().Format(time.RFC3339), left(g.Until, time.Now()), strings.Join(by, ", "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", gvrString(g.GVR), g.Until.UTC().Format(time.RFC3339), left(g.Until, time.Now()), g.Listed.UTC().Format(time.RFC3339), strings.Join(by, ", "))
 	}
 	tw.Flush()
 }

@@ -13,13 +13,14 @@ import (
 )
 
 // `skewgate routes` says which types the rollback grace holds, until
-// when, and what the cluster's override is.
+// when (and until when discovery lists it), and what the cluster's
+// override is.
 func TestRoutesShowsGrace(t *testing.T) {
 	until := time.Now().Add(3 * time.Minute).UTC().Truncate(time.Second)
 	override := until.Add(time.Hour)
 	v := admin.RoutesView{
 		Grace: []membership.GraceType{{GVR: schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "workloads"},
-			Until: until, Servers: []string{"198.18.0.1:6443"}, Why: []string{"came back serving less"}}},
+			Until: until, Listed: until.Add(-membership.DiscoverySettle), Servers: []string{"198.18.0.1:6443"}, Why: []string{"came back serving less"}}},
 		GraceOverride: &override,
 	}
 	var out bytes.Buffer
@@ -28,6 +29,8 @@ func TestRoutesShowsGrace(t *testing.T) {
 		"rollback-grace-until): " + override.Format(time.RFC3339),
 		"scheduling.k8s.io/v1alpha2/workloads",
 		until.Format(time.RFC3339),
+		until.Add(-membership.DiscoverySettle).Format(time.RFC3339),
+		"IN DISCOVERY UNTIL",
 		"198.18.0.1:6443 (came back serving less)",
 	} {
 		if !strings.Contains(out.String(), want) {

@@ -2,6 +2,7 @@ package kubeadm
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/lab/labtest"
+	"github.com/skewgate/skewgate/proxy/membership"
 )
 
 // The runbook (docs/runbook.md) is run as written: each of its sh blocks
@@ -136,17 +138,52 @@ func rollback(t *testing.T, c kubernetes.Interface) {
 	waitReplaced(t, c, b, old, 2*time.Minute)
 	graceHolds(t, b, 30*time.Second, "skewgate's pod replaced inside the grace")
 
-	// Step 8: end the grace on every node, then disarm.
+	// Step 8: end the grace on every node, then disarm. Discovery drops
+	// the type at once; the 503 holds for the discovery settle, then the
+	// genuine 404.
+	ended := time.Now()
 	out = runbook(t, a, "8", 0)
+	settling(t, b, 15*time.Second)
 	for i := 0; strings.Count(out, "no type in rollback grace") < len(plane.Spec.Nodes); i++ {
-		if i == 20 {
-			t.Fatalf("the grace ended, kubectl skewgate routes still lists types in it:\n%s", out)
+		if time.Since(ended) > membership.DiscoverySettle+20*time.Second {
+			t.Fatalf("the grace ended %s ago, kubectl skewgate routes still lists types in it:\n%s", time.Since(ended).Round(time.Second), out)
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(time.Second)
 		out = shell(t, a, "kubectl skewgate routes")
+	}
+	if d := time.Since(ended); d < membership.DiscoverySettle-5*time.Second {
+		t.Errorf("rule 5 released the type %s after the grace ended, inside the discovery settle (%s)", d.Round(time.Second), membership.DiscoverySettle)
 	}
 	want(t, b, 404, "local", "the grace ended (nobody serves workloads: the genuine 404)")
 	runbook(t, a, "8", 1)
+}
+
+// settling waits until node n's merged discovery no longer lists the
+// rolled-back group/version while workloads still answer 503: the grace
+// ended, its discovery settle holds.
+func settling(t *testing.T, n lab.Node, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		c := labtest.FreshClient(t, plane)
+		r, err := c.Get(n.URL() + "/apis/scheduling.k8s.io")
+		var body []byte
+		if err == nil {
+			body, err = io.ReadAll(r.Body)
+			r.Body.Close()
+		}
+		code, route, gerr := labtest.Get(c, n.URL()+workloadsPath)
+		switch {
+		case err == nil && r.StatusCode == 200 && !strings.Contains(string(body), "v1alpha2") && gerr == nil && code == 503 && route == "unavailable":
+			t.Logf("the grace ended: %s's discovery dropped scheduling.k8s.io/v1alpha2, workloads still answer 503", n.Name)
+			return
+		case code == 404:
+			t.Fatalf("the grace ended: GET workloads on %s: 404 at once, want 503 for the discovery settle", n.Name)
+		case time.Now().After(deadline):
+			t.Fatalf("the grace ended: %s's discovery %v %s; workloads %d (route %q) %v; want v1alpha2 dropped and 503", n.Name, err, string(body[:min(len(body), 300)]), code, route, gerr)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // graceHolds waits until workloads answer 503 through node n's address,

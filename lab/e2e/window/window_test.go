@@ -35,6 +35,7 @@ import (
 
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/lab/labtest"
+	"github.com/skewgate/skewgate/proxy/membership"
 )
 
 var (
@@ -322,20 +323,22 @@ func TestAutoMode(t *testing.T) {
 		onHop, onHop1 := keptClient(t, "node-a", true), keptClient(t, "node-a", false)
 		waitFor(t, 10*time.Second, "a connection made in the window is steered", func() bool { return onHop.steered() && onHop1.steered() })
 		// node-b rolled back: both servers on one version again; the
-		// types node-b's rollback took away are in their grace, which
-		// holds the window past the hold (rule 5 answers 503 for them
-		// through skewgate, node-b directly 404); then the window closes
-		// and the connections steering brought are handed back.
+		// types node-b's rollback took away are in their grace and its
+		// discovery settle, which hold the window past the hold (rule 5
+		// answers 503 for them through skewgate, node-b directly 404);
+		// then the window closes and the connections steering brought
+		// are handed back.
 		if err := plane.UpgradeNode(context.Background(), "node-b", lab.OldVersion, 0, 90*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		agreed := time.Now()
-		closed := waitState(t, "node-a", "standby", grace+60*time.Second)
-		t.Logf("versions agree → window closed after %s (hold %s, rollback grace %s)", closed.Sub(agreed).Round(time.Millisecond), hold, grace)
+		held := grace + membership.DiscoverySettle
+		closed := waitState(t, "node-a", "standby", held+60*time.Second)
+		t.Logf("versions agree → window closed after %s (hold %s, rollback grace %s + discovery settle %s)", closed.Sub(agreed).Round(time.Millisecond), hold, grace, membership.DiscoverySettle)
 		// The grace began when skewgate saw node-b back serving less: a
 		// few seconds before UpgradeNode returned at the most.
-		if early := closed.Sub(agreed); early < grace-5*time.Second {
-			t.Errorf("the window closed %s after the versions agreed, inside the rollback grace (%s)", early.Round(time.Millisecond), grace)
+		if early := closed.Sub(agreed); early < held-5*time.Second {
+			t.Errorf("the window closed %s after the versions agreed, while rule 5 still held node-b's old types (%s)", early.Round(time.Millisecond), held)
 		}
 		waitFor(t, 30*time.Second, "the connections made in the window are handed back", func() bool { return !onHop.steered() && !onHop1.steered() })
 		t.Logf("handed back %s after the window closed", time.Since(closed).Round(time.Millisecond))
