@@ -52,11 +52,7 @@ func (n *Node) Direct() ([]Direct, error) {
 	if len(out) == 0 {
 		return nil, nil
 	}
-	skip, err := n.notDirect()
-	if err != nil {
-		return out, err
-	}
-	counts, err := countDirect(skip)
+	counts, err := countDirect(n.notDirect)
 	for i := range out {
 		out[i].Connections = counts[out[i].Address]
 	}
@@ -104,24 +100,31 @@ func (n *Node) Unsteered() []netip.AddrPort {
 }
 
 // countDirect counts the established, accepted TCP connections by local
-// address, but those skip names and those from loopback. Both families are
+// address, but those notDirect's answer names and those from loopback. Both families are
 // listed: a Go server on 0.0.0.0 holds IPv4 connections as AF_INET6 with
 // mapped addresses.
-func countDirect(skip func(remote netip.AddrPort, inode uint32) bool) (map[netip.AddrPort]int, error) {
+func countDirect(notDirect func() (func(remote netip.AddrPort, inode uint32) bool, error)) (map[netip.AddrPort]int, error) {
 	out := map[netip.AddrPort]int{}
+	var socks []*netlink.Socket
 	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		socks, err := netlink.SocketDiagTCP(family)
+		list, err := netlink.SocketDiagTCP(family)
 		if err != nil {
 			return out, fmt.Errorf("list tcp sockets: %w", err)
 		}
-		for _, s := range socks {
-			local, ok1 := addrPort(s.ID.Source, s.ID.SourcePort)
-			remote, ok2 := addrPort(s.ID.Destination, s.ID.DestinationPort)
-			if !ok1 || !ok2 || s.State != netlink.TCP_ESTABLISHED || s.INode == 0 || remote.Addr().IsLoopback() || skip(remote, s.INode) {
-				continue
-			}
-			out[local]++
+		socks = append(socks, list...)
+	}
+	// Whose they are, asked after they are listed (see resetDirect).
+	skip, err := notDirect()
+	if err != nil {
+		return out, err
+	}
+	for _, s := range socks {
+		local, ok1 := addrPort(s.ID.Source, s.ID.SourcePort)
+		remote, ok2 := addrPort(s.ID.Destination, s.ID.DestinationPort)
+		if !ok1 || !ok2 || s.State != netlink.TCP_ESTABLISHED || s.INode == 0 || remote.Addr().IsLoopback() || skip(remote, s.INode) {
+			continue
 		}
+		out[local]++
 	}
 	return out, nil
 }

@@ -181,7 +181,9 @@ func TestCountDirect(t *testing.T) {
 	}()
 	var counts map[netip.AddrPort]int
 	n.ns.do(t, func() (err error) {
-		counts, err = countDirect(func(netip.AddrPort, uint32) bool { return false })
+		counts, err = countDirect(func() (func(netip.AddrPort, uint32) bool, error) {
+			return func(netip.AddrPort, uint32) bool { return false }, nil
+		})
 		return err
 	})
 	want := map[netip.AddrPort]int{netip.MustParseAddrPort(targetAddr): 1, netip.MustParseAddrPort("198.18.1.100:6443"): 2}

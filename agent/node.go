@@ -412,11 +412,7 @@ func resetsFor(mode Mode, w Window) bool {
 
 // sweepDirect is one pass of resetDirect over the current targets.
 func (n *Node) sweepDirect(ctx context.Context) (sweep, error) {
-	skip, err := n.notDirect()
-	if err != nil {
-		return sweep{}, err
-	}
-	return resetDirect(ctx, n.steeredTargets(), resetSettle, skip)
+	return resetDirect(ctx, n.steeredTargets(), resetSettle, n.notDirect)
 }
 
 // listenerAddr is where a direct probe reaches the listener: its own

@@ -43,7 +43,8 @@ type sweep struct {
 // middle (a watch is, and its reflector resumes from its
 // resourceVersion); the others are counted busy, for the caller to try
 // again. A connection not yet accepted (inode 0: in an accept queue,
-// skewgate's own included), from loopback, or one skip names (skewgate's
+// skewgate's own included), from loopback, or one notDirect's answer
+// names (skewgate's
 // own sockets — steered connections have the target as their local
 // address too — and peer apiservers') is left alone. A connection that
 // closes before its turn is counted gone, and the sweep goes on. Both
@@ -51,7 +52,7 @@ type sweep struct {
 // 0.0.0.0 with a dual-stack IPv6 socket, whose IPv4 connections are
 // AF_INET6 with mapped addresses. It needs CONFIG_INET_DIAG_DESTROY and
 // CAP_NET_ADMIN.
-func resetDirect(ctx context.Context, targets []netip.AddrPort, settle time.Duration, skip func(remote netip.AddrPort, inode uint32) bool) (sweep, error) {
+func resetDirect(ctx context.Context, targets []netip.AddrPort, settle time.Duration, notDirect func() (func(remote netip.AddrPort, inode uint32) bool, error)) (sweep, error) {
 	var socks []*netlink.InetDiagTCPInfoResp
 	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
 		list, err := netlink.SocketDiagTCPInfo(family)
@@ -59,6 +60,13 @@ func resetDirect(ctx context.Context, targets []netip.AddrPort, settle time.Dura
 			return sweep{}, fmt.Errorf("list tcp sockets: %w", err)
 		}
 		socks = append(socks, list...)
+	}
+	// Whose they are, asked after they are listed: a connection listed
+	// with an inode was accepted, so its owner holds it by now. Asked
+	// before, one accepted in between would be nobody's, and ended.
+	skip, err := notDirect()
+	if err != nil {
+		return sweep{}, err
 	}
 	want := map[netip.AddrPort]bool{}
 	for _, t := range targets {
@@ -70,7 +78,7 @@ func resetDirect(ctx context.Context, targets []netip.AddrPort, settle time.Dura
 		local, ok1 := addrPort(s.ID.Source, s.ID.SourcePort)
 		remote, ok2 := addrPort(s.ID.Destination, s.ID.DestinationPort)
 		if !ok1 || !ok2 || s.State != netlink.TCP_ESTABLISHED || !want[local] || s.INode == 0 ||
-			remote.Addr().IsLoopback() || skip != nil && skip(remote, s.INode) {
+			remote.Addr().IsLoopback() || skip(remote, s.INode) {
 			continue
 		}
 		if !idle(r, settle) {
