@@ -116,6 +116,10 @@ type Members struct {
 	graceUntil atomic.Pointer[time.Time]
 	// now is the clock graces are judged by (a seam for tests).
 	now func() time.Time
+	// nextEdge (unix nanos, 0: none) is when a grace or its settle next
+	// ends for the published table; edgeMoved wakes Run when it changes.
+	nextEdge  atomic.Int64
+	edgeMoved chan struct{}
 	// awaiting is set while the cluster's list of apiservers is still to
 	// be read (AwaitCluster): members are not all known before.
 	awaiting atomic.Bool
@@ -141,7 +145,8 @@ func New(cfg Config) (*Members, error) {
 		return nil, fmt.Errorf("membership: no local apiserver")
 	}
 	m := &Members{cfg: cfg, localID: ID(cfg.Local), store: discovery.NewStore(),
-		servers: map[string]*server{}, kicks: map[string]chan struct{}{}, now: time.Now}
+		servers: map[string]*server{}, kicks: map[string]chan struct{}{}, now: time.Now,
+		edgeMoved: make(chan struct{}, 1)}
 	m.add(cfg.Local, true)
 	for _, p := range cfg.Peers {
 		if ID(p) == m.localID {
@@ -182,19 +187,35 @@ func (m *Members) Run(ctx context.Context) {
 		m.start(ctx, id, s)
 	}
 	m.mu.Unlock()
-	// Graces end with time alone: judged again at least every tick, so
-	// one ends at most a tick late (the refresh loops publish too).
-	t := time.NewTicker(min(max(m.cfg.Grace/10, time.Second), 10*time.Second))
+	// Graces and their settles end with time alone: the table is built
+	// again at the next such end publish saw (noteEdge), so rule 5's 503
+	// ends at the instant `skewgate routes` names, and at least every
+	// tick besides.
+	tick := min(max(m.cfg.Grace/10, time.Second), 10*time.Second)
+	t := time.NewTimer(m.untilEdge(tick))
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-m.edgeMoved:
 		case <-t.C:
 			m.forgetDeparted(m.now())
 			m.publish()
 		}
+		t.Reset(m.untilEdge(tick))
 	}
+}
+
+// untilEdge is how long Run waits before building the table again: until
+// the next grace edge, at most tick.
+func (m *Members) untilEdge(tick time.Duration) time.Duration {
+	next := m.nextEdge.Load()
+	if next == 0 {
+		return tick
+	}
+	// A millisecond past it: the edge itself still holds (now.Before(end)).
+	return min(tick, max(time.Until(time.Unix(0, next))+time.Millisecond, time.Millisecond))
 }
 
 func (m *Members) start(ctx context.Context, id string, s *server) {

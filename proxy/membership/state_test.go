@@ -615,3 +615,37 @@ func TestWindowSurvivesRestart(t *testing.T) {
 		}
 	}
 }
+
+// Bug, seen in TestKubeadm's runbook step 8 in CI: with the discovery
+// settle, rule 5's 503 outlived the end `skewgate routes` named by up to
+// Run's 10 s tick — the table was built again only on the tick, while
+// routes judged the hold by the clock ("no type in rollback grace", then
+// a GET answered 503). Each publish now records the next grace or settle
+// end, and Run builds the table again at that instant.
+func TestPublishRecordsTheNextGraceEdge(t *testing.T) {
+	clock := time.Now()
+	m := rolledBack(t, time.Minute, &clock)
+	rolledAt := clock
+	for _, tc := range []struct {
+		at, edge time.Duration
+	}{
+		{0, time.Minute}, // the grace ends: discovery drops the type
+		{time.Minute + time.Second, time.Minute + DiscoverySettle}, // its settle ends: the 404
+		{time.Minute + DiscoverySettle - time.Second, time.Minute + DiscoverySettle},
+	} {
+		clock = rolledAt.Add(tc.at)
+		m.publish()
+		if got, want := time.Unix(0, m.nextEdge.Load()), rolledAt.Add(tc.edge); got.Sub(want).Abs() > 100*time.Millisecond {
+			t.Errorf("%s after the rollback: next edge %s after it, want %s", tc.at, got.Sub(rolledAt), tc.edge)
+		}
+	}
+	// Run waits until the edge, a tick at most.
+	m.nextEdge.Store(time.Now().Add(300 * time.Millisecond).UnixNano())
+	if d := m.untilEdge(10 * time.Second); d < 250*time.Millisecond || d > 302*time.Millisecond {
+		t.Errorf("edge in 300ms: Run waits %s", d)
+	}
+	m.nextEdge.Store(time.Now().Add(time.Hour).UnixNano())
+	if d := m.untilEdge(10 * time.Second); d != 10*time.Second {
+		t.Errorf("edge in an hour: Run waits %s, want the 10s tick", d)
+	}
+}

@@ -79,9 +79,41 @@ func (m *Members) publish() {
 		}
 	}
 	m.table.Store(t)
+	m.noteEdge(statuses, doubts, now)
 	m.noteSkew(skewOf(t, statuses), now)
 	if onChange != nil {
 		onChange()
+	}
+}
+
+// noteEdge records the next instant at which a grace or its settle ends
+// for what this table was built from — when the table must be built again
+// though nothing else changed — and wakes Run to wait for it.
+func (m *Members) noteEdge(statuses map[string]Status, doubts map[string]doubt, now time.Time) {
+	var next time.Time
+	consider := func(start time.Time) {
+		if start.IsZero() {
+			return
+		}
+		for _, end := range []time.Time{m.graceEnd(start), m.holdEnd(start)} {
+			if end.After(now) && (next.IsZero() || end.Before(next)) {
+				next = end
+			}
+		}
+	}
+	for id, st := range statuses {
+		consider(st.Joined)
+		if st.Departed != nil {
+			consider(*st.Departed)
+		}
+		d := doubts[id]
+		consider(d.downSince)
+		consider(d.lostSince)
+	}
+	m.nextEdge.Store(next.UnixNano())
+	select {
+	case m.edgeMoved <- struct{}{}:
+	default:
 	}
 }
 
