@@ -309,7 +309,7 @@ func unservedLocally(q question, t *Table) Decision {
 	}
 	if len(lost) > 0 {
 		return Decision{Route: Unavailable, Servers: ids(lost), Rule: RuleUnavailable,
-			Reason: fmt.Sprintf("%d server(s) served %s before they restarted on another version, within the grace", len(lost), q.what())}
+			Reason: fmt.Sprintf("%d server(s) served %s before they restarted on another version, within the rollback grace or its discovery settle", len(lost), q.what())}
 	}
 	if len(unknown) > 0 {
 		return Decision{Route: Unavailable, Servers: ids(unknown), Rule: RuleUnavailable,
