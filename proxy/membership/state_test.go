@@ -639,6 +639,13 @@ func TestPublishRecordsTheNextGraceEdge(t *testing.T) {
 			t.Errorf("%s after the rollback: next edge %s after it, want %s", tc.at, got.Sub(rolledAt), tc.edge)
 		}
 	}
+	// Every grace and settle over: no edge, Run waits its tick (not a
+	// busy loop of publishes).
+	clock = rolledAt.Add(time.Hour)
+	m.publish()
+	if d := m.untilEdge(10 * time.Second); m.nextEdge.Load() != 0 || d != 10*time.Second {
+		t.Errorf("no grace left: next edge %d, Run waits %s, want none and the 10s tick", m.nextEdge.Load(), d)
+	}
 	// Run waits until the edge, a tick at most.
 	m.nextEdge.Store(time.Now().Add(300 * time.Millisecond).UnixNano())
 	if d := m.untilEdge(10 * time.Second); d < 250*time.Millisecond || d > 302*time.Millisecond {

@@ -110,7 +110,11 @@ func (m *Members) noteEdge(statuses map[string]Status, doubts map[string]doubt, 
 		consider(d.downSince)
 		consider(d.lostSince)
 	}
-	m.nextEdge.Store(next.UnixNano())
+	if next.IsZero() {
+		m.nextEdge.Store(0) // none: the zero Time's UnixNano is not 0
+	} else {
+		m.nextEdge.Store(next.UnixNano())
+	}
 	select {
 	case m.edgeMoved <- struct{}{}:
 	default:
