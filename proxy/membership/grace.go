@@ -165,7 +165,10 @@ func (m *Members) graceSource(id, why string, caps *discovery.Capabilities, sinc
 // serving less, or one down and not re-read served, which no server in
 // routing serves. Bounded by discovery: nothing a client sent names them.
 func (m *Members) InGrace() []GraceType {
-	now, snap, t := m.now(), m.Discovery(), m.Table()
+	// Judged as of the published table, not the clock: what `skewgate
+	// routes` lists as held is what routing answers 503 for, also in the
+	// instant between an edge and Run's rebuild.
+	now, snap, t := time.Unix(0, m.tableAt.Load()), m.Discovery(), m.Table()
 	var sources []graceSource
 	m.mu.Lock()
 	for id, s := range m.servers {

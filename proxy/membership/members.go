@@ -118,7 +118,10 @@ type Members struct {
 	now func() time.Time
 	// nextEdge (unix nanos, 0: none) is when a grace or its settle next
 	// ends for the published table; edgeMoved wakes Run when it changes.
-	nextEdge  atomic.Int64
+	nextEdge atomic.Int64
+	// tableAt (unix nanos) is the instant the published table judged
+	// graces at.
+	tableAt   atomic.Int64
 	edgeMoved chan struct{}
 	// awaiting is set while the cluster's list of apiservers is still to
 	// be read (AwaitCluster): members are not all known before.

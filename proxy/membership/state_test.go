@@ -639,6 +639,16 @@ func TestPublishRecordsTheNextGraceEdge(t *testing.T) {
 			t.Errorf("%s after the rollback: next edge %s after it, want %s", tc.at, got.Sub(rolledAt), tc.edge)
 		}
 	}
+	// Past the settle's end but not rebuilt yet, routing still answers
+	// 503: what routes lists follows the table, not the clock.
+	clock = rolledAt.Add(time.Minute + DiscoverySettle)
+	if d := route.Decide(workloads, m.Table(), false, "c"); d.Rule != route.RuleUnavailable || len(m.InGrace()) != 1 {
+		t.Errorf("at the settle's end, before the rebuild: rule %s, in grace %+v; want 503 and listed", d.Rule, m.InGrace())
+	}
+	m.publish()
+	if d := route.Decide(workloads, m.Table(), false, "c"); d.Rule != route.RuleNobody || len(m.InGrace()) != 0 {
+		t.Errorf("at the settle's end, rebuilt: rule %s, in grace %+v; want the 404 and nothing listed", d.Rule, m.InGrace())
+	}
 	// Every grace and settle over: no edge, Run waits its tick (not a
 	// busy loop of publishes).
 	clock = rolledAt.Add(time.Hour)

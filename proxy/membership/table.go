@@ -78,6 +78,7 @@ func (m *Members) publish() {
 			t.Peers = append(t.Peers, rs)
 		}
 	}
+	m.tableAt.Store(now.UnixNano())
 	m.table.Store(t)
 	m.noteEdge(statuses, doubts, now)
 	m.noteSkew(skewOf(t, statuses), now)
