@@ -115,24 +115,28 @@ kubelet-packages:
 lab-down: build
 	$(BIN)/skewlab down --dir $(LAB_DIR)
 
-# The rolling upgrade and rollback, in every mode; writes
-# docs/upgrade-drill.md and docs/drill/*.png. Needs the Debian package
-# prometheus for the dashboard and alert checks. KUBEADM=on runs it on the
-# kubeadm lab (kubeadm upgrade apply/node, kubelets, the rollback from
-# kubeadm's backups, skewgate's DaemonSet of make image); DRILL_MODES
-# picks modes (comma-separated, as skewlab drill --help lists them).
+# The rolling upgrade and rollback, in every mode, on the kubeadm lab
+# (kubeadm upgrade apply/node, kubelets, the rollback from kubeadm's
+# backups, skewgate's DaemonSet of make image, the real controllers);
+# writes docs/upgrade-drill.md and docs/drill/*.png. Needs the Debian
+# package prometheus for the dashboard and alert checks. FAST=on runs the
+# binary-swap drill instead (the lab's own processes, each apiserver's
+# binary swapped; no kubeadm, kubelets or controllers). DRILL_MODES picks
+# modes (comma-separated, as skewlab drill --help lists them).
 # FROM and TO pick the upgrade (skewlab drill --help lists the pairs):
 # FROM=v1.36.3 TO=v1.37.2 is the next one, both sides on their defaults.
-# KCM_LB=on (with KUBEADM=on) points the controller-managers at an L4 load
-# balancer over the nodes: the garbage collector's case.
+# KCM_LB=on points the controller-managers at an L4 load balancer over the
+# nodes: the garbage collector's case. KUBEADM=on is accepted (the default).
 DRILL_MODES ?=
 FROM      ?= v1.35.4
 TO        ?= v1.36.3
-upgrade-drill: build $(if $(filter on,$(KUBEADM)),image kubelet-packages,)
+FAST      ?= off
+DRILL_KUBEADM := $(if $(filter on,$(FAST)),,on)
+upgrade-drill: build $(if $(DRILL_KUBEADM),image kubelet-packages,)
 	@command -v prometheus >/dev/null || { apt-get update && apt-get install -y prometheus; }
-	$(BIN)/skewlab build --versions $(FROM),$(TO) $(if $(filter on,$(KUBEADM)),--kubeadm,)
+	$(BIN)/skewlab build --versions $(FROM),$(TO) $(if $(DRILL_KUBEADM),--kubeadm,)
 	$(BIN)/skewlab drill --dir $(LAB_DIR) --from $(FROM) --to $(TO) --skewgate $(BIN)/skewgate $(if $(DRILL_MODES),--modes '$(DRILL_MODES)',) \
-		$(if $(filter on,$(KUBEADM)),--kubeadm --image $(BIN)/skewgate-image.tar --tag $(VERSION),) $(if $(filter on,$(KCM_LB)),--controller-manager-lb,)
+		$(if $(DRILL_KUBEADM),--image $(BIN)/skewgate-image.tar --tag $(VERSION),--fast) $(if $(filter on,$(KCM_LB)),--controller-manager-lb,)
 
 demo: lab-build
 	./deploy/demo.sh

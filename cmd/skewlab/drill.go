@@ -17,7 +17,7 @@ import (
 
 func newDrillCmd() *cobra.Command {
 	o := drill.Options{Dir: lab.DefaultDir(), CacheDir: lab.DefaultCacheDir(), Progress: os.Stdout, From: lab.OldVersion, To: lab.NewVersion}
-	report, modes := "", ""
+	report, modes, fast := "", "", false
 	cmd := &cobra.Command{
 		Use:   "drill",
 		Short: "Roll a three-node plane from one version to the next (--from, --to) and back under load, without skewgate, with the in-tree proxy and with skewgate, and report every false 404 (and, on kubeadm, what the controllers lost)",
@@ -25,6 +25,10 @@ func newDrillCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if modes != "" {
 				o.Modes = strings.Split(modes, ",")
+			}
+			o.Kubeadm = !fast
+			if fast && (o.Image != "" || o.ImageTag != "" || o.ControllerManagerLB) {
+				return errors.New("--image, --tag and --controller-manager-lb are the kubeadm drill's: not with --fast")
 			}
 			if o.Prometheus == "" {
 				o.Prometheus, _ = exec.LookPath("prometheus")
@@ -59,13 +63,15 @@ func newDrillCmd() *cobra.Command {
 	f.StringVar(&o.CacheDir, "cache", o.CacheDir, "binary cache")
 	f.StringVar(&o.Skewgate, "skewgate", "bin/skewgate", "skewgate binary for the skewgate mode")
 	f.BoolVar(&o.Short, "short", false, "upgrade and roll back node-a only")
-	f.StringVar(&modes, "modes", "", "comma-separated subset of: "+strings.Join(drill.AllModes, ",")+" (default: all but the last; with --kubeadm all)")
-	f.BoolVar(&o.Kubeadm, "kubeadm", false, "on the kubeadm lab: kubeadm upgrade apply/node, kubelets, rollback from kubeadm's backups, skewgate as its DaemonSet (make upgrade-drill KUBEADM=on)")
-	f.StringVar(&o.Image, "image", "", "with --kubeadm: skewgate's image archive (make image)")
-	f.StringVar(&o.ImageTag, "tag", "", "with --kubeadm: that image's tag (make image's VERSION)")
-	f.BoolVar(&o.ControllerManagerLB, "controller-manager-lb", false, "with --kubeadm: point every kube-controller-manager at an L4 load balancer over the nodes instead of its own node's address (the garbage collector's case)")
-	f.DurationVar(&o.Settle, "settle", time.Minute, "with --kubeadm: how long the controllers may settle before what was lost is counted")
-	f.DurationVar(&o.HandBackWait, "hand-back-wait", 17*time.Minute, "with --kubeadm, mode '"+drill.ModeSkewgateAuto+"': how long the workload may run on after the last step for every node's steering to be released and handed back")
+	f.StringVar(&modes, "modes", "", "comma-separated subset of: "+strings.Join(drill.AllModes, ",")+" (default: all; with --fast all but the last)")
+	f.BoolVar(&fast, "fast", false, "the binary-swap drill: the lab's own processes, each apiserver's binary swapped in place, no kubeadm, kubelets or controllers (make upgrade-drill FAST=on); without it the drill runs on the kubeadm lab: kubeadm upgrade apply/node, kubelets, rollback from kubeadm's backups, skewgate as its DaemonSet")
+	f.Bool("kubeadm", true, "the kubeadm drill, the default (kept for older commands)")
+	_ = f.MarkDeprecated("kubeadm", "the kubeadm drill is the default; --fast runs the binary-swap one")
+	f.StringVar(&o.Image, "image", "", "skewgate's image archive (make image; not with --fast)")
+	f.StringVar(&o.ImageTag, "tag", "", "that image's tag (make image's VERSION; not with --fast)")
+	f.BoolVar(&o.ControllerManagerLB, "controller-manager-lb", false, "point every kube-controller-manager at an L4 load balancer over the nodes instead of its own node's address (the garbage collector's case; not with --fast)")
+	f.DurationVar(&o.Settle, "settle", time.Minute, "how long the controllers may settle before what was lost is counted (not with --fast)")
+	f.DurationVar(&o.HandBackWait, "hand-back-wait", 17*time.Minute, "mode '"+drill.ModeSkewgateAuto+"', not with --fast: how long the workload may run on after the last step for every node's steering to be released and handed back")
 	f.Func("skewgate-arg", "a further flag of skewgate run for the skewgate modes, e.g. --skewgate-arg=--rollback-grace=0 (repeatable; the report names them)", func(v string) error {
 		o.SkewgateArgs = append(o.SkewgateArgs, v)
 		return nil
@@ -95,8 +101,8 @@ func rerun(o drill.Options) string {
 	}
 	if o.Short {
 		cmd := "bin/skewlab drill --short --from " + o.From + " --to " + o.To
-		if o.Kubeadm {
-			cmd += " --kubeadm"
+		if !o.Kubeadm {
+			cmd += " --fast"
 		}
 		if o.ControllerManagerLB {
 			cmd += " --controller-manager-lb"
@@ -110,8 +116,8 @@ func rerun(o drill.Options) string {
 	if o.From != lab.OldVersion || o.To != lab.NewVersion {
 		command += " FROM=" + o.From + " TO=" + o.To
 	}
-	if o.Kubeadm {
-		command += " KUBEADM=on"
+	if !o.Kubeadm {
+		command += " FAST=on"
 	}
 	if o.ControllerManagerLB {
 		command += " KCM_LB=on"
