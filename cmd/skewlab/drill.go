@@ -17,7 +17,7 @@ import (
 
 func newDrillCmd() *cobra.Command {
 	o := drill.Options{Dir: lab.DefaultDir(), CacheDir: lab.DefaultCacheDir(), Progress: os.Stdout, From: lab.OldVersion, To: lab.NewVersion}
-	report, modes, fast := "", "", false
+	report, modes, fast, kubeadm := "", "", false, true
 	cmd := &cobra.Command{
 		Use:   "drill",
 		Short: "Roll a three-node plane from one version to the next (--from, --to) and back under load, without skewgate, with the in-tree proxy and with skewgate, and report every false 404 (and, on kubeadm, what the controllers lost)",
@@ -26,8 +26,8 @@ func newDrillCmd() *cobra.Command {
 			if modes != "" {
 				o.Modes = strings.Split(modes, ",")
 			}
-			o.Kubeadm = !fast
-			if fast && (o.Image != "" || o.ImageTag != "" || o.ControllerManagerLB) {
+			o.Kubeadm = kubeadm && !fast // --kubeadm=false, as older commands said it, is --fast
+			if !o.Kubeadm && (o.Image != "" || o.ImageTag != "" || o.ControllerManagerLB) {
 				return errors.New("--image, --tag and --controller-manager-lb are the kubeadm drill's: not with --fast")
 			}
 			if o.Prometheus == "" {
@@ -65,7 +65,7 @@ func newDrillCmd() *cobra.Command {
 	f.BoolVar(&o.Short, "short", false, "upgrade and roll back node-a only")
 	f.StringVar(&modes, "modes", "", "comma-separated subset of: "+strings.Join(drill.AllModes, ",")+" (default: all; with --fast all but the last)")
 	f.BoolVar(&fast, "fast", false, "the binary-swap drill: the lab's own processes, each apiserver's binary swapped in place, no kubeadm, kubelets or controllers (make upgrade-drill FAST=on); without it the drill runs on the kubeadm lab: kubeadm upgrade apply/node, kubelets, rollback from kubeadm's backups, skewgate as its DaemonSet")
-	f.Bool("kubeadm", true, "the kubeadm drill, the default (kept for older commands)")
+	f.BoolVar(&kubeadm, "kubeadm", true, "the kubeadm drill, the default (kept for older commands; --kubeadm=false is --fast)")
 	_ = f.MarkDeprecated("kubeadm", "the kubeadm drill is the default; --fast runs the binary-swap one")
 	f.StringVar(&o.Image, "image", "", "skewgate's image archive (make image; not with --fast)")
 	f.StringVar(&o.ImageTag, "tag", "", "that image's tag (make image's VERSION; not with --fast)")
