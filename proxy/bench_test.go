@@ -18,13 +18,30 @@ import (
 
 // BenchmarkHop is one GET over HTTP/2 with a client certificate, in
 // process: direct to the upstream stand-in, and through skewgate's real
-// TLS server and handler to it (routed locally). Every allocation of the
+// TLS server and handler to it (routed locally, the local server confirmed
+// healthy: rule local, as in production). Every allocation of the
 // process counts, client and upstream included: the difference between the
 // two is the hop's own allocations per request, and shows a regression in a
 // PR without the lab. `make bench` measures the hop against real
 // apiservers.
+// newSteadyRig is the identity rig with its membership running and the
+// local stand-in confirmed healthy, so the benchmarks measure the steady
+// path (rule local) and not the one for a local server not yet confirmed
+// (rule local-away, which builds a reason per request); it fails the
+// benchmark if the local server was not healthy to the end.
+func newSteadyRig(b *testing.B, policy ...TLS) *identityRig {
+	rig := newIdentityRig(b, policy...)
+	rig.startMembers(b)
+	b.Cleanup(func() {
+		if !rig.members.Table().Local.Healthy {
+			b.Errorf("the local stand-in was not healthy at the end: %+v", rig.members.Statuses())
+		}
+	})
+	return rig
+}
+
 func BenchmarkHop(b *testing.B) {
-	rig := newIdentityRig(b)
+	rig := newSteadyRig(b)
 	for _, bc := range []struct{ name, addr string }{{"direct", rig.upstream}, {"skewgate", rig.addr}} {
 		client := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{
 			Certificates: []tls.Certificate{rig.client}, RootCAs: rig.roots, InsecureSkipVerify: bc.name == "direct"}}}
@@ -55,7 +72,7 @@ func BenchmarkHop(b *testing.B) {
 // kube-apiserver does.
 func BenchmarkHopBesideWatches(b *testing.B) {
 	const watches = 900
-	rig := newIdentityRig(b, TLS{MaxStreams: 1000})
+	rig := newSteadyRig(b, TLS{MaxStreams: 1000})
 	for _, bc := range []struct{ name, addr string }{{"direct", rig.upstream}, {"skewgate", rig.addr}} {
 		client := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{
 			Certificates: []tls.Certificate{rig.client}, RootCAs: rig.roots, InsecureSkipVerify: bc.name == "direct"}}}
@@ -131,7 +148,7 @@ func openWatches(b *testing.B, client *http.Client, url string, n int) (stop fun
 // client read the one before, so every event travels alone, flushed on
 // its own, and its time is an event's delivery latency.
 func BenchmarkWatchHop(b *testing.B) {
-	rig := newIdentityRig(b)
+	rig := newSteadyRig(b)
 	for _, pace := range []string{"burst", "paced"} {
 		for _, bc := range []struct{ name, addr string }{{"direct", rig.upstream}, {"skewgate", rig.addr}} {
 			client := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{
@@ -222,7 +239,7 @@ func streamEvents(w http.ResponseWriter, r *http.Request, n int, acks <-chan str
 // above bare is its own work (authentication, identity, routing, metrics,
 // failover).
 func BenchmarkHopParallel(b *testing.B) {
-	rig := newIdentityRig(b)
+	rig := newSteadyRig(b)
 	bare := newBareProxy(b, rig)
 	for _, bc := range []struct{ name, addr string }{{"direct", rig.upstream}, {"bare", bare}, {"skewgate", rig.addr}} {
 		url := "https://" + bc.addr + "/api/v1/namespaces/default/configmaps"

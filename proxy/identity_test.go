@@ -231,6 +231,15 @@ var discoveryDocs = map[string]string{
 func (rig *identityRig) runMembers(t testing.TB) *forward.Backend {
 	b := rig.members.Backends([]string{rig.members.LocalID()})[0]
 	b.BreakOnFailures()
+	rig.startMembers(t)
+	return b
+}
+
+// startMembers probes the rig's local server until it is healthy and its
+// discovery is in the merged view, as in production: requests for what it
+// serves then take the steady path (rule local), not the one for a local
+// server not yet confirmed (rule local-away).
+func (rig *identityRig) startMembers(t testing.TB) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go rig.members.Run(ctx)
@@ -241,7 +250,6 @@ func (rig *identityRig) runMembers(t testing.TB) *forward.Backend {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return b
 }
 
 func mustIP(s string) netip.Addr { return netip.MustParseAddr(s) }
