@@ -16,14 +16,6 @@ import (
 	"time"
 )
 
-// BenchmarkHop is one GET over HTTP/2 with a client certificate, in
-// process: direct to the upstream stand-in, and through skewgate's real
-// TLS server and handler to it (routed locally, the local server confirmed
-// healthy: rule local, as in production). Every allocation of the
-// process counts, client and upstream included: the difference between the
-// two is the hop's own allocations per request, and shows a regression in a
-// PR without the lab. `make bench` measures the hop against real
-// apiservers.
 // newSteadyRig is the identity rig with its membership running and the
 // local stand-in confirmed healthy, so the benchmarks measure the steady
 // path (rule local) and not the one for a local server not yet confirmed
@@ -40,6 +32,14 @@ func newSteadyRig(b *testing.B, policy ...TLS) *identityRig {
 	return rig
 }
 
+// BenchmarkHop is one GET over HTTP/2 with a client certificate, in
+// process: direct to the upstream stand-in, and through skewgate's real
+// TLS server and handler to it (routed locally, the local server confirmed
+// healthy: rule local, as in production). Every allocation of the
+// process counts, client and upstream included: the difference between the
+// two is the hop's own allocations per request, and shows a regression in a
+// PR without the lab. `make bench` measures the hop against real
+// apiservers.
 func BenchmarkHop(b *testing.B) {
 	rig := newSteadyRig(b)
 	for _, bc := range []struct{ name, addr string }{{"direct", rig.upstream}, {"skewgate", rig.addr}} {
