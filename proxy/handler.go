@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/google/uuid"
 	"golang.org/x/net/http/httpguts"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
@@ -115,7 +114,6 @@ func (x *exchange) mayKnowRoute(r *http.Request, code int, server string) bool {
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
-	propagateAuditID(r)
 	if !httpguts.ValidHeaderFieldName(r.Method) {
 		// Go's HTTP/2 server takes any :method; the outgoing transport
 		// would refuse it, and that refusal is nobody's failure to count.
@@ -327,15 +325,6 @@ func (h *Handler) identity(c Caller, mark bool) func(http.Header) {
 // TrustHeaderNames adds the identity header names kube-apiserver publishes
 // to those stripped from every client request.
 func (h *Handler) TrustHeaderNames(published HeaderNames) { h.auth.Trust(published) }
-
-// propagateAuditID keeps the client's Audit-ID, or makes one, so the audit
-// logs of every server a request touches correlate. The apiserver echoes it
-// in its answer; answers skewgate gives itself carry it too (see forward).
-func propagateAuditID(r *http.Request) {
-	if r.Header.Get(forward.HeaderAuditID) == "" {
-		r.Header.Set(forward.HeaderAuditID, uuid.NewString())
-	}
-}
 
 // clientKey identifies the client for sticky watches.
 func clientKey(r *http.Request, c Caller) string {

@@ -87,6 +87,9 @@ func (h *Handler) serveMerged(w http.ResponseWriter, r *http.Request, x *exchang
 	if kind == notMerged {
 		return false
 	}
+	// The local server is asked first, then skewgate answers: one ID for
+	// both (see forward.EnsureAuditID).
+	forward.EnsureAuditID(r.Header)
 	if kind != openAPIRoot && !mergesLocal(merged, h.members.LocalID()) {
 		// Without the local server's groups the merged view would tell
 		// garbage collection and namespace deletion that they are gone:

@@ -157,7 +157,7 @@ func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
 	// naming "upgrade" in its Connection header is an ordinary one (a new
 	// TLS connection per request would otherwise be the price of a header).
 	upgrade := fr.LongRunning && httpstream.IsUpgradeRequest(r)
-	rt := &failover{req: fr, retry: fr.Idempotent && !upgrade, bearer: r.Header.Get("Authorization") != ""}
+	rt := &failover{req: fr, retry: fr.Idempotent && !upgrade, bearer: r.Header.Get("Authorization") != "", in: r.Header}
 	if !upgrade {
 		pp := plainProxy(&loc, rt, responder{show: fr.ShowErrors}, fr.LongRunning)
 		if fr.End != nil {
@@ -256,6 +256,10 @@ type failover struct {
 	req    Request
 	retry  bool
 	bearer bool
+	// in is the caller's request's header: an Audit-ID a second attempt
+	// goes with is set there too, for skewgate's own answer should every
+	// attempt fail.
+	in http.Header
 }
 
 func (f *failover) WrappedRoundTripper() http.RoundTripper {
@@ -273,6 +277,9 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 	// take the request: passed on if no other server takes it.
 	var refused *http.Response
 	var refusedBy *Backend
+	// answeredID is the Audit-ID of the last answer not passed on: the
+	// server that gave it logged the request under it.
+	answeredID := ""
 	for i := 0; i < len(candidates) || more != nil; i++ {
 		if i > 0 && sent && !f.retry {
 			break
@@ -289,6 +296,7 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		b := candidates[i]
 		if i > 0 {
+			carryAuditID(req.Header, f.in, answeredID)
 			if err := rewind(req, body); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", b.ID, err))
 				break
@@ -306,6 +314,7 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, at, err := roundTrip(req, b, fr.Anonymous, fr.SetIdentity, false)
 		if err == nil && NotTaken(resp) {
 			done(errCaller) // it answered, but as no server in routing would
+			answeredID = resp.Header.Get(HeaderAuditID)
 			closeBody(refused)
 			refused, refusedBy = resp, b
 			errs = append(errs, fmt.Errorf("%s: shutting down, it did not take the request", b.ID))
@@ -313,6 +322,7 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if err == nil && f.req.Listed && TypeNotFound(resp) && f.req.Stale != nil && f.req.Stale(b.ID) {
 			done(nil)
+			answeredID = resp.Header.Get(HeaderAuditID)
 			resp.Body.Close()
 			errs = append(errs, fmt.Errorf("%s: %w", b.ID, errStale))
 			continue // nothing was done there: the next capable one may answer

@@ -56,10 +56,9 @@ func TooMany(w http.ResponseWriter, r *http.Request, server string) {
 }
 
 // Error answers err as a content-negotiated metav1.Status (a StatusError
-// keeps its code; anything else is a 500), carrying the request's Audit-ID.
+// keeps its code; anything else is a 500), carrying the request's Audit-ID
+// (EnsureAuditID: made now if it has none).
 func Error(w http.ResponseWriter, r *http.Request, err error) {
-	if id := r.Header.Get(HeaderAuditID); id != "" {
-		w.Header().Set(HeaderAuditID, id)
-	}
+	w.Header().Set(HeaderAuditID, EnsureAuditID(r.Header))
 	responsewriters.ErrorNegotiated(err, statusCodecs, schema.GroupVersion{Version: "v1"}, w, r)
 }
