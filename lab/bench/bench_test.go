@@ -206,7 +206,7 @@ func config(b *testing.B) bench.Config {
 			{Route: "standby", Name: "direct", URL: bURL + configmaps, Client: client(b, exempt, "")},
 			{Route: "standby", Name: "skewgate", URL: bURL + configmaps, Client: client(b, netip.Addr{}, ""), Proxy: standby.PID},
 		},
-		Sequential: 500, Concurrency: 32, Saturation: 10 * time.Second, Rounds: 2,
+		Sequential: 500, Concurrency: 32, Saturation: 30 * time.Second, Rounds: 6,
 		Server: server.PID, Skewgate: skewgate.PID, Admin: lab.SkewgateAdminURL(a),
 		Watch:      bench.WatchLoad{Watches: 500, RPS: 200, Duration: 15 * time.Second},
 		ProfileDir: *profileDir,
