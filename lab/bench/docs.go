@@ -113,8 +113,10 @@ const docTail = `
   machine.
 - Where the hop is paid: skewgate steers, in its default mode auto, only
   inside a skew window (an upgrade's or rollback's minutes); the rest of
-  the year it is the standby row, a few microseconds of its CPU per
-  request. The local and peer rows are the price of those minutes.
+  the year it is the standby row: requests do not pass through it, and
+  its CPU there is its own background work (membership, probes, metrics)
+  spread over them. The local and peer rows are the price of those
+  minutes.
 - A request's latency through skewgate adds that CPU to the direct path's
   when the machine is idle; at saturation on 2 cores, skewgate's CPU per
   request is taken from the apiserver's and the load generator's, which is
