@@ -16,8 +16,10 @@ import (
 // on every request: HPACK indexes every header field (Go's client has no
 // never-indexed fields), so each request would add an entry to the
 // connection's header table and evict older ones, the apiserver's decoder
-// mirroring each (BenchmarkHopParallel: 9 µs of CPU per request in process,
-// a fifth of what skewgate adds to the bare Go hop). One ID follows a
+// mirroring each (BenchmarkHopParallel, both ends in one process: about
+// 9 µs of CPU per request, a fifth of what skewgate added to the bare Go
+// hop; against a real apiserver only skewgate's end counts, within make
+// bench's run-to-run noise). One ID follows a
 // request wherever it touches more than one server or skewgate answers it
 // itself: EnsureAuditID, at each such place.
 
