@@ -44,14 +44,14 @@ func (s *auditingServer) log() ([]string, []bool) {
 	return append([]string(nil), s.logged...), append([]bool(nil), s.sent...)
 }
 
-func ok(w http.ResponseWriter) { io.WriteString(w, "ok") }
+func answerOK(w http.ResponseWriter) { io.WriteString(w, "ok") }
 
 // A request sent once to one server carries no Audit-ID from skewgate: a
 // value unique to each request would churn the HPACK table of skewgate's
 // connection to the apiserver on every request. The server makes it, and
 // the caller gets it; a caller's own goes through untouched.
 func TestAuditIDOfARequestSentOnce(t *testing.T) {
-	up := newAuditingServer(t, "local", ok)
+	up := newAuditingServer(t, "local", answerOK)
 	b := backendFor(t, "local", up.Server, trustFor(t, up.Server))
 	w := httptest.NewRecorder()
 	Forward(w, httptest.NewRequest(http.MethodGet, "/api/v1/namespaces", nil), Request{Candidates: []*Backend{b}, Idempotent: true})
@@ -81,7 +81,7 @@ func TestAuditIDFollowsARequestToTheNextServer(t *testing.T) {
 		w.WriteHeader(http.StatusNotFound)
 		io.WriteString(w, "404 page not found\n")
 	})
-	peer := newAuditingServer(t, "peer", ok)
+	peer := newAuditingServer(t, "peer", answerOK)
 	w := httptest.NewRecorder()
 	Forward(w, httptest.NewRequest(http.MethodGet, "/apis/g/v/rs", nil), Request{
 		Candidates: []*Backend{backendFor(t, "stale", stale.Server, trustFor(t, stale.Server)), backendFor(t, "peer", peer.Server, trustFor(t, peer.Server))},
@@ -95,7 +95,7 @@ func TestAuditIDFollowsARequestToTheNextServer(t *testing.T) {
 
 	// The first is unreachable: the second gets a new ID, and the caller
 	// the same.
-	alive := newAuditingServer(t, "alive", ok)
+	alive := newAuditingServer(t, "alive", answerOK)
 	w = httptest.NewRecorder()
 	Forward(w, httptest.NewRequest(http.MethodGet, "/apis/g/v/rs", nil), Request{
 		Candidates: []*Backend{deadBackend(t, trustFor(t, alive.Server)), backendFor(t, "alive", alive.Server, trustFor(t, alive.Server))},
