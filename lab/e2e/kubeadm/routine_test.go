@@ -22,11 +22,11 @@ import (
 
 // routine: on one version, with the DaemonSet in its default mode (auto),
 // events that are not an upgrade open no skew window — node-b's etcd
-// member restarted (stacked etcd: with two members the cluster loses
-// quorum while it is away, so both apiservers fail /readyz), then
-// node-b's apiserver restarted on its own version (what `kubeadm certs
-// renew` asks for: its static-pod manifest moved out and back, its image
-// unchanged). skewgate may steer a node's new connections while its own
+// member stalled 10 s, then restarted (stacked etcd: with two members the
+// cluster loses quorum while it is away, so both apiservers fail
+// /readyz), then node-b's apiserver restarted on its own version (what
+// `kubeadm certs renew` asks for: its static-pod manifest moved out and
+// back, its image unchanged). skewgate may steer a node's new connections while its own
 // apiserver is away and a peer is ready (rule 3a: that is the restart it
 // covers), but no window opens, nothing is reset, and a client of each
 // node's address fails no more than a client of the same apiserver on a
@@ -41,9 +41,16 @@ func routine(t *testing.T) {
 	}
 
 	t0 := time.Now()
-	restartStaticPod(t, b, "etcd", 10*time.Second)
+	containerTask(t, b, "etcd", "$ctr tasks pause $id && sleep 10 && $ctr tasks resume $id")
 	waitHealthy(t, 3*time.Minute)
-	t.Logf("%s's etcd member away 10 s and back, both apiservers ready again after %s; members:\n%s",
+	t.Logf("%s's etcd member stalled 10 s, both apiservers ready again after %s", b.Name, time.Since(t0).Round(100*time.Millisecond))
+
+	t0 = time.Now()
+	containerTask(t, b, "etcd", `$ctr tasks kill --signal SIGTERM $id
+for i in $(seq 150); do running | grep -qx "$id" || exit 0; sleep 0.2; done
+echo "$id still running 30 s after SIGTERM"; exit 1`)
+	waitHealthy(t, 3*time.Minute)
+	t.Logf("%s's etcd member restarted by its kubelet, both apiservers ready again after %s; members:\n%s",
 		b.Name, time.Since(t0).Round(100*time.Millisecond), etcdMembers(t))
 
 	t0 = time.Now()
@@ -58,8 +65,8 @@ func routine(t *testing.T) {
 		t.Logf("%s: client of its address %d requests, %d failed; client of its apiserver on loopback (never steered) %d requests, %d failed",
 			n.Name, sent, failed, dsent, dfailed)
 		// Two clients paced alike meet each outage at their own instant:
-		// a request or so apart at each of its two edges, in two outages.
-		if sent == 0 || dsent == 0 || failed > dfailed+4 {
+		// a request or so apart at each of its two edges, in three outages.
+		if sent == 0 || dsent == 0 || failed > dfailed+2*3 {
 			t.Errorf("%s: %d of %d requests failed through its address, %d of %d directly", n.Name, failed, sent, dfailed, dsent)
 		}
 	}
@@ -177,6 +184,31 @@ func loopbackConfig(n lab.Node) *rest.Config {
 		return c, err
 	}
 	return cfg
+}
+
+// containerTask runs script on node n with $ctr the node's ctr and $id
+// the containerd ID of the running container name of its pods: `$ctr
+// tasks pause` stalls it (the cgroup freezer, as a hung disk or a paused
+// VM does), `$ctr tasks kill` stops it and its kubelet starts it again (a
+// crash, an OOM kill, crictl stop).
+//
+// Not a manifest moved out and back for etcd: with two stacked members,
+// quorum is lost while etcd is away, and the kubelet's housekeeping, run
+// in its sync loop, then blocks 34 s at a time on deleting the orphaned
+// etcd mirror pod through an apiserver that cannot write; the returned
+// manifest waits for the loop's select to pick it over the next
+// housekeeping, a coin toss each round. Seen in CI on 2026-12-04: etcd
+// back after 2m51s, by then node-b's apiserver failed its liveness probe
+// and was shutting down. A kubelet hazard of two-member etcd, not what
+// this test measures.
+func containerTask(t *testing.T, n lab.Node, name, script string) {
+	t.Helper()
+	shell(t, n, fmt.Sprintf(`ctr="ctr --address %s -n k8s.io"
+running() { $ctr tasks ls | awk 'NR > 1 && $3 == "RUNNING" { print $1 }'; }
+ids=$($ctr containers ls -q 'labels."io.kubernetes.container.name"==%s')
+id=$(running | grep -Fx "$ids" || true)
+test "$(echo "$id" | wc -w)" = 1 || { echo "running %[2]s containers: '$id'"; exit 1; }
+%s`, plane.ContainerdSocket(n), name, script))
 }
 
 // restartStaticPod moves node n's static-pod manifest name out of the
