@@ -62,6 +62,16 @@ func runHandOverChild() error {
 	if err := succ.Serving(context.Background()); err != nil {
 		return err
 	}
+	// StartSteering returns with the program attached; the lease is
+	// granted by its first probe, a moment later. Until then a new
+	// connection falls open, so "ready" waits for it (CI once saw a
+	// connection 48 µs after the first agent's "ready" reach the
+	// apiserver directly).
+	for deadline := time.Now().Add(5 * time.Second); s.Status().State != StateSteering; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not steering 5s after start: %s", s.Status())
+		}
+	}
 	fmt.Println("ready")
 	<-ctx.Done()
 	s.Close()
