@@ -26,11 +26,12 @@ import (
 // cluster loses quorum while it is away, so both apiservers fail
 // /readyz), then node-b's apiserver restarted on its own version (what
 // `kubeadm certs renew` asks for: its static-pod manifest moved out and
-// back, its image unchanged). skewgate may steer a node's new connections while its own
-// apiserver is away and a peer is ready (rule 3a: that is the restart it
-// covers), but no window opens, nothing is reset, and a client of each
-// node's address fails no more than a client of the same apiserver on a
-// connection steering never takes (127.0.0.1 inside the node).
+// back, its image unchanged). skewgate may steer a node's new
+// connections while its own apiserver is away and a peer is ready (rule
+// 3a: that is the restart it covers), but no window opens, nothing is
+// reset, and a client of each node's address fails no more than a client
+// of the same apiserver on a connection steering never takes (127.0.0.1
+// inside the node).
 func routine(t *testing.T) {
 	a, b := plane.Spec.Nodes[0], plane.Spec.Nodes[1]
 	watch := watchWindow(t)
