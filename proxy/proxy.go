@@ -167,7 +167,9 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 					return 1
 				}
 				return 0
-			}))
+			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "skewgate_shedding_episodes_total", Help: "Times skewgate began shedding load: an episode shorter than a scrape interval shows here, not in skewgate_shedding."},
+			func() float64 { return float64(p.Load.Episodes()) }))
 	rh := RequestHeader{CA: certs.RequestHeaderCA, AllowedNames: cfg.RequestHeaderAllowedNames, Names: cfg.HeaderNames, Self: p.trust.ClientCert}
 	p.handler = NewHandler(p.Members, certs.ClientCA, rh, NewMetrics(reg))
 	return p, nil

@@ -24,6 +24,7 @@ type Load struct {
 
 	conns    atomic.Int64
 	shedding atomic.Bool
+	episodes atomic.Int64
 }
 
 // ConnState counts client connections; it is an http.Server ConnState.
@@ -38,6 +39,10 @@ func (l *Load) ConnState(_ net.Conn, st http.ConnState) {
 
 // Conns is the client connections open now.
 func (l *Load) Conns() int64 { return l.conns.Load() }
+
+// Episodes is how many times shedding began: an episode shorter than a
+// scrape interval shows here, not in the shedding gauge.
+func (l *Load) Episodes() int64 { return l.episodes.Load() }
 
 // Shedding says why skewgate is shedding load, or "". Once shedding, it
 // goes on until the load is back under 80 % of each bound, so that
@@ -63,7 +68,9 @@ func (l *Load) Shedding() string {
 			why = fmt.Sprintf("heap and stacks %d MiB of a %d MiB soft memory limit", heap>>20, limit>>20)
 		}
 	}
-	l.shedding.Store(why != "")
+	if was := l.shedding.Swap(why != ""); !was && why != "" {
+		l.episodes.Add(1)
+	}
 	return why
 }
 

@@ -67,6 +67,15 @@ func TestLoadShedsAtTheConnectionBound(t *testing.T) {
 	if why := l.Shedding(); why != "" {
 		t.Fatalf("7 of 10: still shedding (%s)", why)
 	}
+	if n := l.Episodes(); n != 1 {
+		t.Fatalf("one episode (begun at 10 connections, on at 8, over at 7): %d counted, want 1", n)
+	}
+	dial(3)
+	waitConns(10)
+	l.Shedding()
+	if n := l.Episodes(); n != 2 {
+		t.Fatalf("shedding began again: %d episodes counted, want 2", n)
+	}
 }
 
 // Past 90 % of the soft memory limit skewgate sheds too.
