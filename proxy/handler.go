@@ -84,11 +84,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{}
 	rec.show = func(code int, server string) bool { return x.mayKnowRoute(r, code, server) }
 	h.serve(w, r, x)
-	server := rec.server
+	rt, server := rec.route, rec.server
 	if rec.code == 0 { // an upgrade, or nothing written
-		server = w.Header().Get(forward.HeaderServer)
+		rt, server = w.Header().Get(forward.HeaderRoute), w.Header().Get(forward.HeaderServer)
 	}
-	h.observe(x, rec.status(), server, time.Since(start))
+	h.observe(x, rec.status(), route.Route(rt), server, time.Since(start))
 }
 
 // mayKnowRoute reports whether the caller may see X-Skewgate-Route and
@@ -208,7 +208,8 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 	if d.Route == route.Peer && !h.reviewToken(w, r, x) {
 		return
 	}
-	w.Header().Set(forward.HeaderRoute, string(d.Route))
+	// The route header is set by whoever answers (forward: the server that
+	// did, local or peer, or skewgate's own refusal), not planned here.
 	fr := forward.Request{
 		Candidates:  h.members.Backends(d.Servers),
 		Idempotent:  x.req.Idempotent(),
@@ -335,23 +336,39 @@ func clientKey(r *http.Request, c Caller) string {
 	return "addr:" + host
 }
 
-func (h *Handler) observe(x *exchange, code int, server string, d time.Duration) {
+func (h *Handler) observe(x *exchange, code int, answered route.Route, server string, d time.Duration) {
 	group, version, resource := "", "", ""
+	t := h.members.Table()
 	if x.req.Kind == route.Resource {
 		group, version, resource = "unknown", "unknown", "unknown"
-		local := h.members.Table().Local.Caps
+		local := t.Local.Caps
 		if x.decision.NamesType(local != nil && local.Serves(x.req.GVR, x.req.Subresource)) {
 			group, version, resource = x.req.GVR.Group, x.req.GVR.Version, x.req.GVR.Resource
 		}
 	}
-	rt := string(x.decision.Route)
-	if rt == "" {
-		rt = string(route.Rejected)
+	rt := routeLabel(answered, x.decision.Route)
+	rule := string(x.decision.Rule)
+	if rule == "" {
+		rule = "none" // refused, merged discovery, or skewgate's probe: no routing rule ran
 	}
-	h.metrics.requests.WithLabelValues(rt, verbLabel(x.req.Verb), group, version, resource, strconv.Itoa(code)).Inc()
+	h.metrics.requests.WithLabelValues(rt, rule, verbLabel(x.req.Verb), group, version, resource, strconv.Itoa(code)).Inc()
 	if !x.req.Watch() && code != http.StatusSwitchingProtocols {
-		h.metrics.duration.WithLabelValues(rt, serverLabel(server, x.decision.Servers)).Observe(d.Seconds())
+		h.metrics.duration.WithLabelValues(rt, serverLabel(server, t)).Observe(d.Seconds())
 	}
+}
+
+// routeLabel is the route label of an answer: who answered it (the route
+// header as sent), or, where nothing was sent (the caller left), what was
+// planned; bounded to the routes skewgate names.
+func routeLabel(answered, planned route.Route) string {
+	switch answered {
+	case route.Local, route.Peer, route.Unavailable, route.Merged, route.Rejected, route.Self:
+		return string(answered)
+	}
+	if planned != "" {
+		return string(planned)
+	}
+	return string(route.Rejected)
 }
 
 // knownVerbs bound the verb label: a client may send any method, and
@@ -369,12 +386,16 @@ func verbLabel(verb string) string {
 }
 
 // serverLabel bounds the server label to what skewgate routes to: a
-// member chosen for the request, or skewgate itself.
-func serverLabel(server string, candidates []string) string {
-	for _, c := range candidates {
-		if c == server {
+// member (the local server, or a peer — a local request the local server
+// failed may be answered by one), or skewgate itself.
+func serverLabel(server string, t *route.Table) string {
+	if server == t.Local.ID && server != "" {
+		return server
+	}
+	for _, p := range t.Peers {
+		if p.ID == server {
 			return server
 		}
 	}
-	return "skewgate"
+	return selfServer
 }

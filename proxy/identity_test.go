@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,6 +67,9 @@ type identityRig struct {
 	acks chan struct{}
 	mu   sync.Mutex
 	got  []seen
+	// refuseLists: the stand-in refuses lists of configmaps as a
+	// shutting-down kube-apiserver refuses a request it never began.
+	refuseLists atomic.Bool
 }
 
 func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
@@ -99,6 +103,10 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 			w.Write([]byte(`{"type":"ADDED"}` + "\n"))
 			w.(http.Flusher).Flush()
 			<-r.Context().Done()
+			return
+		}
+		if rig.refuseLists.Load() && r.URL.Path == "/api/v1/namespaces/default/configmaps" {
+			refuseShuttingDown(w)
 			return
 		}
 		io.Copy(io.Discard, r.Body)

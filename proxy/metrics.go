@@ -20,8 +20,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_requests_total",
-			Help: "Requests answered, by route, verb, group/version/resource and HTTP code.",
-		}, []string{"route", "verb", "group", "version", "resource", "code"}),
+			Help: "Requests answered, by route (who answered: local, peer, or skewgate itself), routing rule (docs/routing.md; none where no rule ran), verb, group/version/resource and HTTP code.",
+		}, []string{"route", "rule", "verb", "group", "version", "resource", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "skewgate_request_duration_seconds",
 			Help:    "Time to answer a request (to the end of the body; watches excluded), by route and by the server that answered (host:port, or skewgate).",

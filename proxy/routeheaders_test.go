@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/proxy/forward"
 )
@@ -112,4 +115,89 @@ func TestSteeringProbeAnsweredForOwnCertificate(t *testing.T) {
 	if code, hdr := rig.sendWith(t, []tls.Certificate{rig.client}, probe); hdr.Get(forward.HeaderRoute) != "local" {
 		t.Errorf("a user's probe mark: %d route %q, want the local apiserver's answer", code, hdr.Get(forward.HeaderRoute))
 	}
+}
+
+// refuseShuttingDown answers as k8s.io/apiserver's waitgroup filter does
+// once a server no longer takes requests: the request was never begun.
+func refuseShuttingDown(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Retry-After", "1")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	io.WriteString(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"apiserver is shutting down","reason":"ServiceUnavailable","code":503}`)
+}
+
+// Issue 44: when the local server failed a request and a peer answered
+// it, the caller was told X-Skewgate-Route: local, skewgate_requests_total
+// counted route="local", and the duration's server label said
+// "skewgate" — the plan, not the outcome. All three now name the peer
+// that answered; the rule label keeps the plan (rule 3: the local server
+// serves it).
+func TestOutcomeNotPlan(t *testing.T) {
+	rig := newIdentityRig(t)
+	peer := rig.newPeerStandIn(t, apiserverLeaf)
+	rig.withPeers(t, peer)
+	const list = "GET /api/v1/namespaces/default/configmaps HTTP/1.1\nHost: 127.0.0.1\n\n"
+	user := []tls.Certificate{rig.client}
+
+	if code, hdr := rig.sendWith(t, user, list); code != http.StatusOK || hdr.Get(forward.HeaderRoute) != "local" {
+		t.Fatalf("the local server answering: %d route %q, want 200 local", code, hdr.Get(forward.HeaderRoute))
+	}
+	rig.refuseLists.Store(true)
+	code, hdr := rig.sendWith(t, user, list)
+	if code != http.StatusOK || hdr.Get(forward.HeaderRoute) != "peer" || hdr.Get(forward.HeaderServer) != peer.url.Host {
+		t.Fatalf("the local server refusing: %d route %q server %q, want 200 from peer %s", code,
+			hdr.Get(forward.HeaderRoute), hdr.Get(forward.HeaderServer), peer.url.Host)
+	}
+	if got, _ := peer.take("/api/v1/namespaces/default/configmaps"); len(got) != 1 {
+		t.Fatalf("the peer was sent %d lists, want 1", len(got))
+	}
+
+	m := rig.handler.metrics
+	for _, tc := range []struct {
+		route string
+		want  float64
+	}{{"local", 1}, {"peer", 1}} {
+		got := observed(t, m.requests, map[string]string{"route": tc.route, "rule": "3", "verb": "list", "resource": "configmaps", "code": "200"})
+		if got != tc.want {
+			t.Errorf("skewgate_requests_total{route=%q,rule=\"3\"} = %g, want %g", tc.route, got, tc.want)
+		}
+	}
+	if n := observed(t, m.duration, map[string]string{"route": "peer", "server": peer.url.Host}); n != 1 {
+		t.Errorf("skewgate_request_duration_seconds{route=\"peer\",server=%q} counted %g, want 1", peer.url.Host, n)
+	}
+	if n := observed(t, m.duration, map[string]string{"server": "skewgate"}); n != 0 {
+		t.Errorf("skewgate_request_duration_seconds{server=\"skewgate\"} counted %g, want 0: nothing was skewgate's own answer", n)
+	}
+}
+
+// observed sums what c's counters counted, or its histograms' samples,
+// over the series whose labels include want.
+func observed(t *testing.T, c prometheus.Collector, want map[string]string) float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 64)
+	go func() { c.Collect(ch); close(ch) }()
+	var n float64
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		labels := map[string]string{}
+		for _, l := range pb.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		match := true
+		for k, v := range want {
+			match = match && labels[k] == v
+		}
+		switch {
+		case !match:
+		case pb.GetCounter() != nil:
+			n += pb.GetCounter().GetValue()
+		case pb.GetHistogram() != nil:
+			n += float64(pb.GetHistogram().GetSampleCount())
+		}
+	}
+	return n
 }

@@ -24,9 +24,9 @@ type recorder struct {
 	// show reports whether the caller may see the route headers on an
 	// answer of code from server (X-Skewgate-Server as set); nil: always.
 	show func(code int, server string) bool
-	// server is X-Skewgate-Server as it was when the status was written,
-	// shown or not.
-	server string
+	// route and server are X-Skewgate-Route and X-Skewgate-Server as they
+	// were when the status was written, shown or not: who answered.
+	route, server string
 }
 
 // routeHeaders tell how skewgate routed a request.
@@ -69,7 +69,7 @@ func (r *recorder) seal(code int) {
 		return
 	}
 	r.code = code
-	r.server = r.Header().Get(forward.HeaderServer)
+	r.route, r.server = r.Header().Get(forward.HeaderRoute), r.Header().Get(forward.HeaderServer)
 	if r.show != nil && !r.show(code, r.server) {
 		for _, k := range routeHeaders {
 			r.Header().Del(k)

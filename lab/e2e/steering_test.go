@@ -154,7 +154,7 @@ func assertPeerHopAnsweredLocally(t *testing.T, b lab.Node) {
 func localWorkloadsAnswered(t *testing.T, n lab.Node) float64 {
 	t.Helper()
 	body := string(do(t, http.DefaultClient, http.MethodGet, lab.SkewgateAdminURL(n)+"/metrics", nil).Body)
-	const series = `skewgate_requests_total{code="200",group="scheduling.k8s.io",resource="workloads",route="local",verb="list",version="v1alpha2"} `
+	const series = `skewgate_requests_total{code="200",group="scheduling.k8s.io",resource="workloads",route="local",rule="2",verb="list",version="v1alpha2"} `
 	for _, line := range strings.Split(body, "\n") {
 		if v, ok := strings.CutPrefix(line, series); ok {
 			f, err := strconv.ParseFloat(v, 64)

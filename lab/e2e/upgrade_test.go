@@ -97,7 +97,7 @@ func TestUpgradeSplicedThrough(t *testing.T) {
 	// An upgrade is counted when its handler returns, which may be a
 	// moment after the client read the answer off the hijacked connection.
 	for _, code := range []string{"101", "403"} {
-		want := fmt.Sprintf(`skewgate_requests_total{code=%q,group="",resource="pods",route="local",verb="get",version="v1"}`, code)
+		want := fmt.Sprintf(`skewgate_requests_total{code=%q,group="",resource="pods",route="local",rule="3",verb="get",version="v1"}`, code)
 		waitFor(t, 5*time.Second, "metrics with "+want, func() bool {
 			return strings.Contains(string(do(t, http.DefaultClient, http.MethodGet, lab.SkewgateAdminURL(node(t, "node-a"))+"/metrics", nil).Body), want)
 		})

@@ -424,3 +424,13 @@ func (b *Backend) refusesToken(h http.Header, review bool) bool {
 
 // IsPeer reports whether b is another node's apiserver (Trust.Peer).
 func (b *Backend) IsPeer() bool { return b.peer }
+
+// route is the X-Skewgate-Route value of an answer b gave: who answered,
+// not who was planned (a local request the local server failed may be
+// answered by a peer).
+func (b *Backend) route() string {
+	if b.peer {
+		return "peer"
+	}
+	return "local"
+}

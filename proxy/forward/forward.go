@@ -178,6 +178,7 @@ func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
 		Unavailable(w, r, Unreachable) // see ErrTokenToPeer
 		return
 	}
+	w.Header().Set(HeaderRoute, first.route())
 	w.Header().Set(HeaderServer, first.ID)
 	proxy.NewUpgradeAwareHandler(&loc, rt, false, false, responder{show: fr.ShowErrors}).ServeHTTP(w, r)
 }
@@ -369,6 +370,8 @@ var errMayHaveProcessed = errors.New("the apiserver may have processed the reque
 // answer is b's resp, once nothing else will be tried.
 func (f *failover) answer(resp *http.Response, b *Backend, refused *http.Response) *http.Response {
 	closeBody(refused)
+	// Set, not added: a peer's own skewgate names itself on its answer.
+	resp.Header.Set(HeaderRoute, b.route())
 	resp.Header.Set(HeaderServer, b.ID)
 	if f.req.LongRunning {
 		resp.Body = cleanEnd{resp.Body}

@@ -22,6 +22,8 @@ const (
 	// Rejected is a request skewgate refused before routing (an untrusted
 	// client certificate, an unparseable path).
 	Rejected Route = "rejected"
+	// Self is skewgate's answer to its own steering probe.
+	Self Route = "self"
 )
 
 // Capabilities is what one server serves, from its local discovery.

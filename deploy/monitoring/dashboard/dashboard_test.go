@@ -27,7 +27,7 @@ func queries(t *testing.T) []Query {
 func TestUpgradeWindowPanels(t *testing.T) {
 	want := map[string][]string{
 		"Route mix": {`sum by (route) (rate(skewgate_requests_total{cluster=~"$cluster", instance=~"$node"}[$__rate_interval]))`},
-		"Requests routed to peers (false 404s prevented)": {`route="peer"`},
+		"Requests routed to peers (false 404s prevented)": {`route="peer", rule="4"`, `rule="3a"`},
 		"503 answers":            {`route="unavailable"`},
 		"Server health":          {`skewgate_server_healthy{cluster=~"$cluster", instance=~"$node", server=~"$server"}`},
 		"Probe latency":          {`skewgate_server_probe_latency_seconds{`},

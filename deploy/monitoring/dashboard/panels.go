@@ -36,8 +36,9 @@ func routeMix() cog.Builder[sdk.Panel] {
 }
 
 func routedToPeers() cog.Builder[sdk.Panel] {
-	return timeSeries("Requests routed to peers (false 404s prevented)", "Requests for resources the local apiserver does not serve, answered by a peer that does: each would have been a false 404 without skewgate.", "reqps").
-		WithTarget(rangeQuery(`sum by (group, version, resource) (rate(skewgate_requests_total{`+onNode+`, route="peer"}[$__rate_interval]))`, "{{group}}/{{version}} {{resource}}"))
+	return timeSeries("Requests routed to peers (false 404s prevented)", "Requests for resources the local apiserver does not serve, answered by a peer that does (routing rule 4): each would have been a false 404 without skewgate. Requests moved to a peer because the local apiserver was away (rule 3a: a restart, a drain) are shown apart: they would have failed, not been 404s.", "reqps").
+		WithTarget(rangeQuery(`sum by (group, version, resource) (rate(skewgate_requests_total{`+onNode+`, route="peer", rule="4"}[$__rate_interval]))`, "{{group}}/{{version}} {{resource}}")).
+		WithTarget(rangeQuery(`sum(rate(skewgate_requests_total{`+onNode+`, route="peer", rule="3a"}[$__rate_interval]))`, "moved: the local apiserver away (3a)"))
 }
 
 func unavailableAnswers() cog.Builder[sdk.Panel] {
