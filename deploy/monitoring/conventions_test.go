@@ -224,3 +224,38 @@ func TestAlertsKeepCluster(t *testing.T) {
 		}
 	}
 }
+
+// Issue 44: the README's alert table lacked two alerts an operator could
+// be paged by. Every alert in alerts.yaml has its row, and every row an
+// alert.
+func TestREADMEListsEveryAlert(t *testing.T) {
+	rules, err := os.ReadFile("alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*- alert: (\S+)`).FindAllSubmatch(rules, -1) {
+		alerts[string(m[1])] = true
+	}
+	rows := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(Skewgate\\w+)` \\|").FindAllSubmatch(readme, -1) {
+		rows[string(m[1])] = true
+	}
+	if len(alerts) == 0 || len(rows) == 0 {
+		t.Fatalf("found %d alerts and %d README rows: the scan is broken", len(alerts), len(rows))
+	}
+	for a := range alerts {
+		if !rows[a] {
+			t.Errorf("alert %s has no row in README.md's table", a)
+		}
+	}
+	for r := range rows {
+		if !alerts[r] {
+			t.Errorf("README.md's table lists %s, which alerts.yaml does not define", r)
+		}
+	}
+}
