@@ -109,7 +109,7 @@ func (hb *HandBack) tell(w http.ResponseWriter, r *http.Request) {
 	}
 	hb.told[r.RemoteAddr] = true
 	w.Header().Set("Connection", "close")
-	hb.count("connection_close")
+	hb.count(handBackClose)
 }
 
 // count notes one connection asked to leave.
@@ -151,7 +151,7 @@ func (hb *HandBack) watchEnd(ctx context.Context, r *http.Request) <-chan struct
 			on := hb.on
 			hb.mu.Unlock()
 			if on {
-				hb.count("watch_end")
+				hb.count(handBackWatchEnd)
 				close(end)
 				return
 			}

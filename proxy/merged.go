@@ -119,9 +119,9 @@ func (h *Handler) serveMerged(w http.ResponseWriter, r *http.Request, x *exchang
 	case openAPIRoot:
 		h.serveOpenAPIRoot(w, r, x)
 	}
-	result := "miss"
+	result := mergedMiss
 	if rec.status() == http.StatusNotModified {
-		result = "hit"
+		result = mergedHit
 	}
 	h.metrics.merged.WithLabelValues(result).Inc()
 	return true

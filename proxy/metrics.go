@@ -40,6 +40,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Steered client connections asked to leave once steering was no longer wanted (a skew window closed, steering turned off), by how: connection_close (Connection: close or GOAWAY with an answer) or watch_end (a watch ended cleanly).",
 		}, []string{"how"}),
 	}
+	// Every known label value exists from start-up at 0, so a panel or
+	// an alert's rate() has a series before the first event (Prometheus'
+	// instrumentation guide: avoid missing metrics).
+	for _, how := range []string{handBackClose, handBackWatchEnd} {
+		m.handBack.WithLabelValues(how)
+	}
+	for _, result := range []string{mergedHit, mergedMiss} {
+		m.merged.WithLabelValues(result)
+	}
 	reg.MustRegister(m.requests, m.duration, m.fwdErrors, m.merged, m.handBack)
 	return m
 }
+
+// Label values of skewgate_handback_connections_total (how) and
+// skewgate_merged_discovery_requests_total (result).
+const (
+	handBackClose    = "connection_close"
+	handBackWatchEnd = "watch_end"
+	mergedHit        = "hit"
+	mergedMiss       = "miss"
+)
