@@ -29,8 +29,11 @@ func TestSteeringHoldAcrossSIGKILL(t *testing.T) {
 	first.kill()
 	killed := time.Now()
 	time.Sleep(500 * time.Millisecond)
-	if st := controlState(t, n.pins); st.HoldRemaining <= 0 || st.Steering() {
+	if st := controlState(t, n.pins); st.HoldRemaining <= 0 || st.Steering() || !strings.HasPrefix(st.String(), "on, held") {
 		t.Fatalf("after the kill: %s; want held", st)
+	}
+	if !pinnedHold(n.pins) {
+		t.Error("a restarted agent would not see its predecessor's hold: mode off would not wait")
 	}
 	restarting := time.Now()
 	second := startChild(t, n, env)
@@ -57,6 +60,9 @@ func TestSteeringHoldAcrossSIGKILL(t *testing.T) {
 	// (100 ms) before the kill.
 	if d := fell.Sub(killed); d < hold-300*time.Millisecond || d > hold+time.Second {
 		t.Errorf("connections reached the apiserver %s after the kill, want after the %s hold", d, hold)
+	}
+	if pinnedHold(n.pins) {
+		t.Error("the pins still hold after the hold's end")
 	}
 	t.Logf("killed, not restarted: %d connections refused, then the apiserver took them %s after the kill (hold %s)",
 		c.refused, fell.Sub(killed).Round(time.Millisecond), hold)
