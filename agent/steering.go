@@ -385,8 +385,8 @@ func (s *Steering) run(ctx context.Context) {
 			now := monotonicNow()
 			steered := s.conf.Enabled() && s.conf.LeaseUntil() > now
 			err := s.check(ctx, steered)
-			switch renewed := l.renew(now, steered, err == nil, uint64(s.cfg.Retry)); {
-			case renewed:
+			switch {
+			case l.renew(now, steered, err == nil, uint64(s.cfg.Retry)):
 				s.conf.SetHoldUntil(s.holdUntil(now))
 				s.conf.SetLeaseUntil(now + uint64(s.cfg.Lease))
 			case err == nil:
