@@ -242,6 +242,6 @@ func (m *Members) Held() string {
 	if len(held) > 1 {
 		what = fmt.Sprintf("%d types (%s, …)", len(held), what)
 	}
-	return fmt.Sprintf("a rollback grace holds %s until %s; end it first (kube-system/skewgate %s)",
-		what, until.UTC().Format(time.RFC3339), "rollback-grace-until")
+	return fmt.Sprintf("a rollback grace or its settle holds %s until %s; end the grace first (kube-system/skewgate rollback-grace-until), its settle follows",
+		what, until.UTC().Format(time.RFC3339))
 }
