@@ -21,10 +21,11 @@ import (
 const (
 	offEnabled = unsafe.Offsetof(steer.SteerConfig{}.Enabled)
 	offLease   = unsafe.Offsetof(steer.SteerConfig{}.LeaseUntilNs)
+	offHold    = unsafe.Offsetof(steer.SteerConfig{}.HoldUntilNs)
 )
 
 // config is steer_config mapped into this process. The agent stores
-// lease_until_ns and the operator stores enabled, each with one aligned
+// lease_until_ns and hold_until_ns and the operator stores enabled, each with one aligned
 // atomic store; a read-modify-write of the whole value through the map
 // syscalls could let the agent's renewal undo an operator's "off".
 type config struct {
@@ -41,10 +42,13 @@ func mapConfig(m *ebpf.Map) (*config, error) {
 
 func (c *config) enabled() *uint32 { return (*uint32)(unsafe.Pointer(&c.mem[offEnabled])) }
 func (c *config) lease() *uint64   { return (*uint64)(unsafe.Pointer(&c.mem[offLease])) }
+func (c *config) hold() *uint64    { return (*uint64)(unsafe.Pointer(&c.mem[offHold])) }
 
 func (c *config) Enabled() bool           { return atomic.LoadUint32(c.enabled()) != 0 }
 func (c *config) LeaseUntil() uint64      { return atomic.LoadUint64(c.lease()) }
 func (c *config) SetLeaseUntil(ns uint64) { atomic.StoreUint64(c.lease(), ns) }
+func (c *config) HoldUntil() uint64       { return atomic.LoadUint64(c.hold()) }
+func (c *config) SetHoldUntil(ns uint64)  { atomic.StoreUint64(c.hold(), ns) }
 func (c *config) close() error            { return unix.Munmap(c.mem) }
 func (c *config) SetEnabled(on bool) {
 	var v uint32
@@ -126,6 +130,34 @@ func checkLayoutReadOnly(pinPath string) error {
 	return nil
 }
 
+// pinnedHold reports whether the pins under pinPath hold a kernel hold in
+// the future: a predecessor (killed, or handing over) was steering inside
+// a rollback grace. No pins, or unreadable ones, hold nothing.
+func pinnedHold(pinPath string) bool {
+	c, err := OpenControl(pinPath)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	return c.cfg.HoldUntil() > monotonicNow()
+}
+
+// ErrHeld is TurnOff's refusal while the agent's hold is live.
+var ErrHeld = errors.New("a rollback grace holds a type on this node")
+
+// TurnOff turns the kill switch off, as SetEnabled(false), unless the
+// agent's hold is live and force is false: a rollback grace or its settle
+// holds a type the local apiserver answers 404 for, and a client handed
+// back to it (a garbage collector still mapping the type from skewgate's
+// merged discovery) would act on that 404. The refusal wraps ErrHeld.
+func (c *Control) TurnOff(force bool) error {
+	if hold, now := c.cfg.HoldUntil(), monotonicNow(); !force && hold > now {
+		return fmt.Errorf("%w (the agent's hold runs %s more, renewed while the grace lasts)", ErrHeld, time.Duration(hold-now).Round(time.Second))
+	}
+	c.SetEnabled(false)
+	return nil
+}
+
 // SetEnabled flips the kill switch. Off takes effect for the next new
 // connection (the program reads the flag on every lookup) and persists
 // across agent restarts until switched on again. Established connections
@@ -138,6 +170,10 @@ type State struct {
 	// LeaseRemaining is how long steering holds without a renewal; zero or
 	// negative when the lease has lapsed.
 	LeaseRemaining time.Duration
+	// HoldRemaining is how long the agent's hold still refuses new
+	// connections to a target if its proxy is gone (see SteeringConfig.
+	// Hold); zero or negative when there is none.
+	HoldRemaining time.Duration
 	// ListenerCookie is the socket cookie of the proxy's listener in the
 	// SOCKMAP, 0 when the slot is empty (no agent, or its listener closed).
 	ListenerCookie uint64
@@ -154,9 +190,13 @@ func (s State) Steering() bool {
 }
 
 func (s State) String() string {
+	held := s.HoldRemaining > 0 && (s.ListenerCookie == 0 || s.LeaseRemaining <= 0)
 	switch {
 	case !s.Enabled:
 		return "off (kill switch)"
+	case held:
+		return fmt.Sprintf("on, held: no live proxy, and a rollback grace holds a type; new connections are refused for %s more (a restarted skewgate takes them), then fall back",
+			s.HoldRemaining.Round(time.Millisecond))
 	case s.ListenerCookie == 0:
 		return "on, but no listener in the SOCKMAP: connections fall back"
 	case s.LeaseRemaining <= 0:
@@ -173,6 +213,9 @@ func (c *Control) State() (State, error) {
 	}
 	if lease := c.cfg.LeaseUntil(); lease < monotonicNow() {
 		s.LeaseRemaining = 0
+	}
+	if hold, now := c.cfg.HoldUntil(), monotonicNow(); hold > now {
+		s.HoldRemaining = time.Duration(hold - now)
 	}
 	err := c.socket.Lookup(uint32(0), &s.ListenerCookie)
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {

@@ -9,8 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/skewgate/skewgate/bpf/steer"
 )
 
 // setLayout overwrites the version in pins' layout map, as pins left by a
@@ -120,4 +123,19 @@ func controlState(t *testing.T, pins string) State {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// Layout 2: hold_until_ns took steer_config's first reserved field, so the
+// value keeps its size (the padding stays explicit), and steer_counters
+// gained held.
+func TestLayoutHold(t *testing.T) {
+	if LayoutVersion != 2 {
+		t.Errorf("LayoutVersion %d: the hold came with layout 2; a change since must bump it and update this test", LayoutVersion)
+	}
+	if size, off := unsafe.Sizeof(steer.SteerConfig{}), offHold; size != 32 || off != 16 || offLease != 8 {
+		t.Errorf("steer_config: %d bytes, lease at %d, hold at %d; want 32, 8, 16", size, offLease, off)
+	}
+	if steer.SteerReasonREASON_MAX != 8 || reasonName(steer.SteerReasonREASON_HELD) != "held" {
+		t.Errorf("steer_counters: %d reasons, held named %q", steer.SteerReasonREASON_MAX, reasonName(steer.SteerReasonREASON_HELD))
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,6 +62,14 @@ type NodeConfig struct {
 	// Shed, if set, says why skewgate is near its bounds (or ""): steering
 	// is then withdrawn whatever the mode — failing open — until it is not.
 	Shed func() string
+	// Held, if set, says why a rollback grace or its settle holds a type
+	// now ("" when none): the local apiserver would answer 404 for a type
+	// clients still map from skewgate's merged discovery, and a garbage
+	// collector deletes what such a 404 "owner" owned. While it holds, a
+	// steering mode of off waits (steering that engaged stays engaged),
+	// and the kernel's hold keeps a dead agent's connections refused, not
+	// handed to the apiserver (SteeringConfig.Hold).
+	Held func() string
 	// PeerAddrs lists the peer apiservers' addresses, for ExemptPeers.
 	PeerAddrs func() []netip.Addr
 	// Probe returns a check that a new connection to dial is answered by
@@ -85,6 +94,10 @@ type Node struct {
 	resets atomic.Uint64
 	// swept: resetDirect ran in the current engagement (under mu).
 	swept bool
+	// wants is whether steering was last wanted: mode off waits only for
+	// steering that is engaged. It starts as the pinned hold says, so an
+	// agent restarted inside a hold (a crash, a kill) keeps waiting.
+	wants atomic.Bool
 	// engaged is closed when Engage returns.
 	engaged     chan struct{}
 	engagedOnce sync.Once
@@ -114,6 +127,7 @@ func Listen(addr string, cfg NodeConfig, reg prometheus.Registerer) (*Node, erro
 		return nil, err
 	}
 	n.reason = "waiting until skewgate is ready"
+	n.wants.Store(pinnedHold(cfg.PinPath))
 	cs, err := StartConnStat(ConnStatConfig{
 		PinPath: cfg.PinPath, CgroupPath: cfg.CgroupRoot, ProxyPort: uint16(ln.Addr().(*net.TCPAddr).Port), UpstreamPort: n.target.Primary.Port(), ProxyTGID: OwnTGID(),
 		Clients: []netip.Prefix{netip.PrefixFrom(n.target.Primary.Addr(), n.target.Primary.Addr().BitLen())}, Log: cfg.Log,
@@ -129,13 +143,39 @@ func Listen(addr string, cfg NodeConfig, reg prometheus.Registerer) (*Node, erro
 
 // wanted is whether steering is wanted now, and why.
 func (n *Node) wanted() (bool, string) {
+	want, why := n.decide()
+	n.wants.Store(want)
+	return want, why
+}
+
+// decide is wanted's answer. Mode off waits while a grace holds a type
+// and steering is engaged: handing its clients back would give them the
+// local apiserver's 404 for it. Shedding does not wait: it fails open.
+func (n *Node) decide() (bool, string) {
 	if n.cfg.Shed != nil {
 		if why := n.cfg.Shed(); why != "" {
 			return false, "shedding load, failing open: " + why
 		}
 	}
 	mode, w := n.mode()
-	return wanted(mode, w)
+	want, why := wanted(mode, w)
+	if !want && mode == ModeOff && n.wants.Load() {
+		if held := n.held(); held != "" {
+			return true, offWaits + held
+		}
+	}
+	return want, why
+}
+
+// offWaits begins why steering goes on in mode off.
+const offWaits = "steering off waits: "
+
+// held is why a grace holds a type now, or "".
+func (n *Node) held() string {
+	if n.cfg.Held == nil {
+		return ""
+	}
+	return n.cfg.Held()
 }
 
 // mode is the current mode and skew window.
@@ -177,6 +217,11 @@ func (n *Node) status() map[string]string {
 			out["window"] = fmt.Sprintf("open until %s unless the apiservers differ again (last: %s)", w.Until.Format(time.RFC3339), w.Reason)
 		default:
 			out["window"] = "closed: no upgrade under way"
+		}
+		if n.st != nil {
+			if why := n.st.Status().Why; strings.HasPrefix(why, offWaits) {
+				out["offWaits"] = strings.TrimPrefix(why, offWaits)
+			}
 		}
 		if w.LocalAway != "" {
 			out["localAway"] = w.LocalAway + ": its clients' new connections go to peers until it is back"
@@ -257,7 +302,7 @@ func (n *Node) Engage(ctx context.Context, reg prometheus.Registerer) {
 		exempt = ExemptFor(exempt, n.cfg.PeerAddrs(), primary.Addr())
 	}
 	st, err := StartSteering(ctx, SteeringConfig{
-		PinPath: n.cfg.PinPath, Targets: n.target.All, Exempt: exempt, Log: n.cfg.Log, Want: n.wanted,
+		PinPath: n.cfg.PinPath, Targets: n.target.All, Exempt: exempt, Log: n.cfg.Log, Want: n.wanted, Hold: n.held,
 		OnEngage: func(fresh bool) { n.onEngage(ctx, fresh) },
 		// Ready gates the first engagement only: a member that joins
 		// later is not known yet, which routing answers with a 503, not a

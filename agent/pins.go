@@ -18,7 +18,10 @@ import (
 // writes. Bump it whenever a map's key or value changes meaning, even when
 // its size does not; cilium/ebpf already refuses pins whose type, sizes or
 // flags differ, but it cannot see a reinterpreted field.
-const LayoutVersion = 1
+//
+// 2: steer_config's first reserved field became hold_until_ns, and
+// steer_counters gained the reason held.
+const LayoutVersion = 2
 
 // Pin names under the pin path. bpffs names may not contain '.'.
 const (

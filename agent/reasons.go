@@ -27,6 +27,8 @@ func reasonName(r steer.SteerReason) string {
 		return "no_socket"
 	case steer.SteerReasonREASON_ASSIGN_ERROR:
 		return "assign_error"
+	case steer.SteerReasonREASON_HELD:
+		return "held"
 	}
 	return strings.ToLower(fmt.Sprintf("reason_%d", r))
 }

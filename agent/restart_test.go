@@ -33,10 +33,17 @@ func TestMain(m *testing.M) {
 
 // runSteerChild is an agent in a child process: it steers targetAddr in
 // SGT_NETNS into its own listener, greets "child", and runs until killed.
+// With SGT_HOLD (a duration) a grace holds throughout: each renewal sets
+// the kernel's hold that far ahead.
 func runSteerChild() error {
+	var hold func() string
+	holdFor, err := time.ParseDuration(os.Getenv("SGT_HOLD"))
+	if err == nil {
+		hold = func() string { return "a test's grace" }
+	}
 	nsPath := os.Getenv("SGT_NETNS")
 	var ln *net.TCPListener
-	err := inNetNS(nsPath, func() (err error) {
+	err = inNetNS(nsPath, func() (err error) {
 		ln, err = NewListener(proxyAddr)
 		return err
 	})
@@ -49,6 +56,8 @@ func runSteerChild() error {
 		Targets:   []netip.AddrPort{netip.MustParseAddrPort(targetAddr)},
 		Lease:     2 * time.Second,
 		Renew:     100 * time.Millisecond,
+		Hold:      hold,
+		HoldFor:   holdFor,
 	}, ln)
 	if err != nil {
 		return err
@@ -80,10 +89,11 @@ func spawn(t *testing.T, cmd *exec.Cmd) (*child, *bufio.Reader) {
 	return c, bufio.NewReader(out)
 }
 
-func startChild(t *testing.T, n *node) *child {
+// startChild starts runSteerChild in n with env added.
+func startChild(t *testing.T, n *node, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "SGT_CHILD=steer", "SGT_NETNS="+n.ns.path, "SGT_PINS="+n.pins)
+	cmd.Env = append(append(os.Environ(), "SGT_CHILD=steer", "SGT_NETNS="+n.ns.path, "SGT_PINS="+n.pins), env...)
 	cmd.Stderr = os.Stderr
 	c, out := spawn(t, cmd)
 	ready := make(chan error, 1)

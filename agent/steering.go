@@ -61,6 +61,19 @@ type SteeringConfig struct {
 	// reach the apiserver directly, and no probe runs: a standby is no
 	// failure, and steering engages on the next renewal once wanted.
 	Want func() (bool, string)
+	// Hold, if set, says why new connections must not reach the apiserver
+	// directly even if this agent dies ("": nothing holds): a rollback
+	// grace or its settle holds a type the local apiserver answers 404
+	// for. While it says so, each renewal of the lease also sets the
+	// kernel's hold HoldFor ahead: if the proxy is gone (killed, OOM)
+	// within it, new connections are refused rather than passed, and the
+	// clients retry until a restarted skewgate takes them (steer.c,
+	// held). Anything else — not wanted, a failed probe, Withdraw — clears
+	// the hold at once.
+	Hold func() string
+	// HoldFor is how far ahead each renewal sets the hold (default 15 s):
+	// how long connections are refused at most after the agent died.
+	HoldFor time.Duration
 	// OnEngage, if set, runs (in its own goroutine) when steering engages
 	// after a standby or at start (fresh: connections made meanwhile went
 	// to the apiserver directly), and again, not fresh, when why it steers
@@ -89,6 +102,12 @@ func (c *SteeringConfig) setDefaults() error {
 	}
 	if c.Retry == 0 {
 		c.Retry = 10 * time.Second
+	}
+	if c.HoldFor == 0 {
+		c.HoldFor = 15 * time.Second
+	}
+	if c.Hold == nil {
+		c.Hold = func() string { return "" }
 	}
 	if c.Renew >= c.Lease {
 		return fmt.Errorf("steering config: renew interval %s not shorter than lease %s", c.Renew, c.Lease)
@@ -358,6 +377,8 @@ func (s *Steering) run(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		if want, why := s.cfg.Want(); !want {
+			// The hold first: a lapsed lease under a live hold refuses.
+			s.conf.SetHoldUntil(0)
 			s.conf.SetLeaseUntil(0)
 			s.standby(why)
 		} else {
@@ -366,9 +387,15 @@ func (s *Steering) run(ctx context.Context) {
 			err := s.check(ctx, steered)
 			switch {
 			case l.renew(now, steered, err == nil, uint64(s.cfg.Retry)):
+				s.conf.SetHoldUntil(s.holdUntil(now))
 				s.conf.SetLeaseUntil(now + uint64(s.cfg.Lease))
 			case err == nil:
 				err = fmt.Errorf("held off until %s after the last failed probe through the steered path", s.cfg.Retry)
+				fallthrough
+			default:
+				// A live agent whose proxy fails its probe steps aside
+				// as ever: the hold is for an agent that cannot decide.
+				s.conf.SetHoldUntil(0)
 			}
 			s.setStatus(err)
 		}
@@ -378,6 +405,15 @@ func (s *Steering) run(ctx context.Context) {
 		case <-tick.C:
 		}
 	}
+}
+
+// holdUntil is the kernel's hold for a renewal at now: HoldFor ahead
+// while Hold says something holds, else none.
+func (s *Steering) holdUntil(now uint64) uint64 {
+	if s.cfg.Hold() == "" {
+		return 0
+	}
+	return now + uint64(s.cfg.HoldFor)
 }
 
 // lease decides renewals from probe outcomes.
@@ -430,6 +466,7 @@ func (s *Steering) withdraw() {
 		s.cancel()
 	}
 	<-s.done
+	s.conf.SetHoldUntil(0) // a deliberate withdrawal: fail open at once
 	s.conf.SetLeaseUntil(0)
 	if err := s.objs.SteerSocket.Delete(uint32(0)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		s.cfg.Log.Warn("steering: listener not taken out of steer_socket; new connections fall back when it closes", "err", err)

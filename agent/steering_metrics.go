@@ -11,7 +11,7 @@ var (
 	descSteeringLease = prometheus.NewDesc("skewgate_steering_lease_remaining_seconds",
 		"Time left on the steering lease; 0 when lapsed.", nil, nil)
 	descSteeringLookups = prometheus.NewDesc("skewgate_steering_lookups_total",
-		"sk_lookup runs in the node's network namespace by outcome (steered, off, lease_expired, exempt, no_socket, assign_error, not_target).",
+		"sk_lookup runs in the node's network namespace by outcome (steered, off, lease_expired, exempt, no_socket, assign_error, held, not_target).",
 		[]string{"reason"}, nil)
 	steerRunSeconds = descProgRunSeconds("steer")
 	steerRuns       = descProgRuns("steer")

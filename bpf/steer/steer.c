@@ -7,7 +7,9 @@
  *
  * It fails open: every miss or error returns SK_PASS without an assignment,
  * so the kernel's regular socket lookup (the apiserver's own listener) takes
- * the connection. The program never returns SK_DROP.
+ * the connection. One bounded exception: while the agent's hold is in the
+ * future (a rollback grace holds a type) and the proxy is gone, SK_DROP (see
+ * held()).
  *
  * sk_lookup requires Linux 5.9; the __be16 remote_port field 5.19.
  */
@@ -20,14 +22,15 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 
 /*
  * steer_config is memory-mapped by the agent: the agent stores
- * lease_until_ns and the operator stores enabled, each with a single aligned
- * store, so neither can undo the other's write.
+ * lease_until_ns and hold_until_ns and the operator stores enabled, each
+ * with a single aligned store, so neither can undo the other's write.
  */
 struct config {
 	__u32 enabled; /* 0: off, the kill switch; 1: steer while the lease holds */
 	__u32 _pad0;
 	__u64 lease_until_ns; /* bpf_ktime_get_ns (CLOCK_MONOTONIC) deadline */
-	__u64 _reserved[2];
+	__u64 hold_until_ns;  /* the same clock; see held() */
+	__u64 _reserved;
 };
 
 struct {
@@ -90,7 +93,8 @@ enum reason {
 	REASON_EXEMPT = 4,
 	REASON_NO_SOCKET = 5,
 	REASON_ASSIGN_ERROR = 6,
-	REASON_MAX = 7,
+	REASON_HELD = 7, /* refused: the proxy gone inside the hold */
+	REASON_MAX = 8,
 };
 
 struct {
@@ -113,6 +117,29 @@ static __noinline int pass(enum reason reason)
 	if (n)
 		*n += 1;
 	return SK_PASS;
+}
+
+/*
+ * held refuses a connection while the proxy is gone (its listener out of the
+ * SOCKMAP, or its lease lapsed) and the agent's hold is in the future. The
+ * agent keeps the hold about 15 s ahead, renewed with its lease, only while
+ * a rollback grace or its settle holds a type: then the local apiserver
+ * answers 404 for a type the clients still map from skewgate's merged
+ * discovery, and a garbage collector reads that 404 as "the owner is gone"
+ * and deletes its dependents. A refused SYN (the kernel answers it with a
+ * RST) is retried until a restarted skewgate takes it; a 404 is acted on.
+ * So a crashed or killed agent (SIGKILL, OOM) fails open only when its hold
+ * ends. Every deliberate withdrawal (standby, shedding, shutdown) clears the
+ * hold first, and the kill switch and exempt sources pass whatever it says.
+ */
+static __noinline int held(void)
+{
+	__u32 key = REASON_HELD;
+	__u64 *n = bpf_map_lookup_elem(&steer_counters, &key);
+
+	if (n)
+		*n += 1;
+	return SK_DROP;
 }
 
 static __always_inline bool local_addr(struct bpf_sk_lookup *ctx, __u8 addr[16])
@@ -161,6 +188,8 @@ int steer(struct bpf_sk_lookup *ctx)
 	struct dest *dest;
 	struct bpf_sock *sk;
 	__u32 zero = 0;
+	__u64 now;
+	bool hold;
 	long err;
 
 	if (ctx->protocol != IPPROTO_TCP)
@@ -176,16 +205,21 @@ int steer(struct bpf_sk_lookup *ctx)
 	cfg = bpf_map_lookup_elem(&steer_config, &zero);
 	if (!cfg || !cfg->enabled)
 		return pass(REASON_OFF);
-	if (cfg->lease_until_ns <= bpf_ktime_get_ns())
-		return pass(REASON_LEASE_EXPIRED);
-
+	now = bpf_ktime_get_ns();
+	hold = cfg->hold_until_ns > now;
 	remote_addr(ctx, source.addr);
+	if (cfg->lease_until_ns <= now) {
+		if (hold && !bpf_map_lookup_elem(&steer_exempt, &source))
+			return held();
+		return pass(REASON_LEASE_EXPIRED);
+	}
+
 	if (bpf_map_lookup_elem(&steer_exempt, &source))
 		return pass(REASON_EXEMPT);
 
 	sk = bpf_map_lookup_elem(&steer_socket, &dest->socket);
 	if (!sk)
-		return pass(REASON_NO_SOCKET);
+		return hold ? held() : pass(REASON_NO_SOCKET);
 	err = bpf_sk_assign(ctx, sk, 0);
 	bpf_sk_release(sk);
 	if (err)

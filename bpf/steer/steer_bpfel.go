@@ -18,7 +18,8 @@ type SteerConfig struct {
 	Enabled      uint32
 	Pad0         uint32
 	LeaseUntilNs uint64
-	Reserved     [2]uint64
+	HoldUntilNs  uint64
+	Reserved     uint64
 }
 
 type SteerDest struct {
@@ -62,7 +63,8 @@ const (
 	SteerReasonREASON_EXEMPT        SteerReason = 4
 	SteerReasonREASON_NO_SOCKET     SteerReason = 5
 	SteerReasonREASON_ASSIGN_ERROR  SteerReason = 6
-	SteerReasonREASON_MAX           SteerReason = 7
+	SteerReasonREASON_HELD          SteerReason = 7
+	SteerReasonREASON_MAX           SteerReason = 8
 )
 
 type SteerTarget struct {

@@ -47,18 +47,32 @@ func newLookupCtx(remote, local netip.AddrPort) lookupCtx {
 }
 
 // run runs steer on a synthetic SYN and returns the cookie of the socket it
-// selected, 0 for none. steer must always return SK_PASS.
+// selected, 0 for none. steer must return SK_PASS.
 func run(t *testing.T, prog *ebpf.Program, in lookupCtx) uint64 {
+	t.Helper()
+	cookie, ret := runVerdict(t, prog, in)
+	if ret != skPass {
+		t.Fatalf("steer returned %d, want SK_PASS (1)", ret)
+	}
+	return cookie
+}
+
+// sk_lookup's verdicts.
+const (
+	skDrop = 0
+	skPass = 1
+)
+
+// runVerdict runs steer on a synthetic SYN and returns the cookie of the
+// socket it selected (0 for none) and its verdict.
+func runVerdict(t *testing.T, prog *ebpf.Program, in lookupCtx) (uint64, uint32) {
 	t.Helper()
 	var out lookupCtx
 	ret, err := prog.Run(&ebpf.RunOptions{Context: in, ContextOut: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ret != 1 {
-		t.Fatalf("steer returned %d, want SK_PASS (1)", ret)
-	}
-	return out.Cookie
+	return out.Cookie, ret
 }
 
 func monotonicNow(t *testing.T) uint64 {
@@ -169,6 +183,21 @@ func TestSteerDecisions(t *testing.T) {
 		{name: "other port", socket: true, remote: client, local: netip.AddrPortFrom(target.Addr(), 6444), want: SteerReasonREASON_NOT_TARGET},
 		{name: "other address", socket: true, remote: client, local: netip.MustParseAddrPort("198.18.1.2:6443"), want: SteerReasonREASON_NOT_TARGET},
 		{name: "udp", socket: true, remote: client, local: target, proto: unix.IPPROTO_UDP, want: SteerReasonREASON_NOT_TARGET},
+		// The hold: while it is in the future, a proxy that is gone (its
+		// lease lapsed, its listener out of the SOCKMAP) refuses instead of
+		// passing; the kill switch and exempt sources pass whatever it
+		// says, and a live proxy steers.
+		{name: "held, lease lapsed", cfg: held(1, -1, 10e9), socket: true, remote: client, local: target, want: SteerReasonREASON_HELD},
+		{name: "held, never leased", cfg: func(now uint64) SteerConfig { return SteerConfig{Enabled: 1, HoldUntilNs: now + 10e9} }, socket: true, remote: client, local: target, want: SteerReasonREASON_HELD},
+		{name: "held, no socket", cfg: held(1, 10e9, 10e9), socket: false, remote: client, local: target, want: SteerReasonREASON_HELD},
+		{name: "held, ipv6, no socket", cfg: held(1, 10e9, 10e9), socket: false, remote: client6, local: target6, want: SteerReasonREASON_HELD},
+		{name: "held, steering", cfg: held(1, 10e9, 10e9), socket: true, remote: client, local: target, want: SteerReasonREASON_STEERED},
+		{name: "held, kill switch off", cfg: held(0, -1, 10e9), socket: false, remote: client, local: target, want: SteerReasonREASON_OFF},
+		{name: "held, exempt source, lease lapsed", cfg: held(1, -1, 10e9), socket: true, exempt: []netip.Prefix{netip.MustParsePrefix("198.18.1.16/28")}, remote: client, local: target, want: SteerReasonREASON_LEASE_EXPIRED},
+		{name: "held, exempt source, no socket", cfg: held(1, 10e9, 10e9), socket: false, exempt: []netip.Prefix{netip.MustParsePrefix("198.18.1.16/28")}, remote: client, local: target, want: SteerReasonREASON_EXEMPT},
+		{name: "held, not a target", cfg: held(1, -1, 10e9), socket: false, remote: client, local: netip.AddrPortFrom(target.Addr(), 6444), want: SteerReasonREASON_NOT_TARGET},
+		{name: "hold ended, lease lapsed", cfg: held(1, -1, -1), socket: true, remote: client, local: target, want: SteerReasonREASON_LEASE_EXPIRED},
+		{name: "hold ended, no socket", cfg: held(1, 10e9, -1), socket: false, remote: client, local: target, want: SteerReasonREASON_NO_SOCKET},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,7 +234,14 @@ func TestSteerDecisions(t *testing.T) {
 			if tt.proto != 0 {
 				in.Protocol = tt.proto
 			}
-			got := run(t, objs.Steer, in)
+			got, verdict := runVerdict(t, objs.Steer, in)
+			wantVerdict := uint32(skPass)
+			if tt.want == SteerReasonREASON_HELD {
+				wantVerdict = skDrop
+			}
+			if verdict != wantVerdict {
+				t.Errorf("verdict %d, want %d", verdict, wantVerdict)
+			}
 
 			wantCookie := uint64(0)
 			if tt.want == SteerReasonREASON_STEERED {
@@ -235,6 +271,14 @@ func TestSteerDecisions(t *testing.T) {
 				t.Errorf("%d steered flows recorded, want %d", flows, wantFlows)
 			}
 		})
+	}
+}
+
+// held is a config with the kill switch at enabled and the lease and the
+// hold that many ns from now (-1: just past).
+func held(enabled uint32, lease, hold int64) func(now uint64) SteerConfig {
+	return func(now uint64) SteerConfig {
+		return SteerConfig{Enabled: enabled, LeaseUntilNs: uint64(int64(now) + lease), HoldUntilNs: uint64(int64(now) + hold)}
 	}
 }
 

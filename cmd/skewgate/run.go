@@ -235,6 +235,7 @@ func run(ctx context.Context, o *runOptions) error {
 	}
 	o.node.Local, o.node.Ready, o.node.PeerAddrs, o.node.Probe, o.node.Log = p.LocalHost(), p.Members.Ready, p.Members.PeerAddrs, p.Probe, log
 	o.node.Mode, o.node.Window, o.node.Shed = steeringMode(p, agent.Mode(o.mode)), skewWindow(p), p.Load.Shedding
+	o.node.Held = p.Members.Held
 	addr := net.JoinHostPort(o.bindAddress, strconv.Itoa(o.securePort))
 	if o.node.Inherited, err = succ.Listen("proxy", addr); err != nil {
 		return fmt.Errorf("--bind-address/--secure-port: %w", err)

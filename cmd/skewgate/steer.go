@@ -15,6 +15,7 @@ import (
 // so it works whether or not an agent runs.
 func newSteerCmd() *cobra.Command {
 	var pinPath string
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "steer on|off|status",
 		Short: "Switch connection steering into the proxy on or off, or show its state",
@@ -22,7 +23,8 @@ func newSteerCmd() *cobra.Command {
 
   off     new connections reach the apiserver's own socket from the next one on;
           established connections stay where they are. Persists across agent
-          restarts until "steer on".
+          restarts until "steer on". Refused without --force while the agent
+          holds a rollback grace (see docs/runbook.md, the eject step).
   on      steering resumes for new connections once a live agent holds the
           lease and its listener is in the SOCKMAP.
   status  the kill switch, the lease, the listener and the lookup counters.`,
@@ -35,12 +37,7 @@ func newSteerCmd() *cobra.Command {
 			Args:  cobra.NoArgs,
 			RunE:  func(c *cobra.Command, _ []string) error { return setSteering(c.OutOrStdout(), pinPath, true) },
 		},
-		&cobra.Command{
-			Use:   "off",
-			Short: "Send new connections to the apiserver's own socket",
-			Args:  cobra.NoArgs,
-			RunE:  func(c *cobra.Command, _ []string) error { return setSteering(c.OutOrStdout(), pinPath, false) },
-		},
+		offCmd(&pinPath, &force),
 		&cobra.Command{
 			Use:   "status",
 			Short: "Show the steering state",
@@ -51,6 +48,33 @@ func newSteerCmd() *cobra.Command {
 	return cmd
 }
 
+func offCmd(pinPath *string, force *bool) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "off",
+		Short: "Send new connections to the apiserver's own socket",
+		Args:  cobra.NoArgs,
+		RunE:  func(c *cobra.Command, _ []string) error { return turnOff(c.OutOrStdout(), *pinPath, *force) },
+	}
+	c.Flags().BoolVar(force, "force", false, "turn steering off even while a rollback grace holds a type (clients may then get the local apiserver's 404 for it)")
+	return c
+}
+
+// turnOff is steer off: refused without force while the agent holds a
+// rollback grace, with what to do instead.
+func turnOff(w io.Writer, pinPath string, force bool) error {
+	ctl, err := agent.OpenControl(pinPath)
+	if err != nil {
+		return err
+	}
+	defer ctl.Close()
+	if err := ctl.TurnOff(force); err != nil {
+		return fmt.Errorf("steering not turned off: %w. Off now would hand its clients to the local apiserver, which answers 404 for that type, and a garbage collector deletes what a 404 owner owned. "+
+			"End the grace first (kubectl -n kube-system patch configmap skewgate --type merge -p '{\"data\":{\"rollback-grace-until\":\"<now, RFC 3339>\"}}'), "+
+			"wait out its settle (`kubectl skewgate status` shows the grace), then turn steering off; or pass --force", err)
+	}
+	return printState(w, ctl)
+}
+
 func setSteering(w io.Writer, pinPath string, on bool) error {
 	ctl, err := agent.OpenControl(pinPath)
 	if err != nil {
@@ -58,6 +82,10 @@ func setSteering(w io.Writer, pinPath string, on bool) error {
 	}
 	defer ctl.Close()
 	ctl.SetEnabled(on)
+	return printState(w, ctl)
+}
+
+func printState(w io.Writer, ctl *agent.Control) error {
 	st, err := ctl.State()
 	if err != nil {
 		return err
@@ -79,6 +107,7 @@ func steeringStatus(w io.Writer, pinPath string) error {
 	fmt.Fprintf(w, "steering:  %s\n", st)
 	fmt.Fprintf(w, "enabled:   %t\n", st.Enabled)
 	fmt.Fprintf(w, "lease:     %s\n", st.LeaseRemaining)
+	fmt.Fprintf(w, "hold:      %s\n", max(st.HoldRemaining, 0))
 	fmt.Fprintf(w, "listener:  cookie %d\n", st.ListenerCookie)
 	fmt.Fprintf(w, "targets:   %s\n", joinStrings(st.Targets))
 	fmt.Fprintf(w, "exempt:    %s\n", joinStrings(st.Exempt))

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -219,4 +220,28 @@ func (m *Members) InGrace() []GraceType {
 	}
 	slices.SortFunc(out, func(a, b GraceType) int { return strings.Compare(a.GVR.String(), b.GVR.String()) })
 	return out
+}
+
+// Held says why a rollback grace or its settle holds a type now, or ""
+// when none does: while it holds, a client handed back to the local
+// apiserver would get its 404 for a type merged discovery listed a
+// moment ago, so steering's off waits and the kernel's hold keeps a dead
+// skewgate's connections refused (agent.NodeConfig.Held).
+func (m *Members) Held() string {
+	held := m.InGrace()
+	if len(held) == 0 {
+		return ""
+	}
+	var until time.Time
+	for _, g := range held {
+		if g.Until.After(until) {
+			until = g.Until
+		}
+	}
+	what := held[0].GVR.String()
+	if len(held) > 1 {
+		what = fmt.Sprintf("%d types (%s, …)", len(held), what)
+	}
+	return fmt.Sprintf("a rollback grace or its settle holds %s until %s; end the grace first (kube-system/skewgate rollback-grace-until), its settle follows",
+		what, until.UTC().Format(time.RFC3339))
 }

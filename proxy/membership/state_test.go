@@ -666,3 +666,31 @@ func TestPublishRecordsTheNextGraceEdge(t *testing.T) {
 		t.Errorf("edge in an hour: Run waits %s, want the 10s tick", d)
 	}
 }
+
+// TestHeld: Held names what a grace or its settle holds, for as long as
+// rule 5 answers 503 for it (the settle included: clients act on
+// discovery they read up to a refresh ago), and nothing after.
+func TestHeld(t *testing.T) {
+	clock := time.Now()
+	m := rolledBack(t, time.Minute, &clock)
+	rolledAt := clock
+	for _, tc := range []struct {
+		at   time.Duration
+		held bool
+	}{
+		{0, true},
+		{time.Minute + time.Second, true}, // the settle
+		{time.Minute + DiscoverySettle - time.Second, true},
+		{time.Minute + DiscoverySettle, false},
+	} {
+		clock = rolledAt.Add(tc.at)
+		m.publish()
+		got := m.Held()
+		if (got != "") != tc.held {
+			t.Errorf("%s after the rollback: Held() = %q, want held %t", tc.at, got, tc.held)
+		}
+		if tc.held && !strings.Contains(got, workloads.GVR.String()) {
+			t.Errorf("%s after the rollback: Held() = %q, want it to name %s", tc.at, got, workloads.GVR)
+		}
+	}
+}

@@ -21,10 +21,12 @@ const (
 
 // Lookup outcomes that are not a connection to a target going straight to
 // the apiserver: every other outcome (off, lease_expired, exempt,
-// no_socket, assign_error, and any added later) is one.
+// no_socket, assign_error, and any added later) is one. held was refused
+// (a dead agent's hold): counted apart, in ByReason only.
 const (
 	reasonSteered   = "steered"
 	reasonNotTarget = "not_target"
+	reasonHeld      = "held"
 )
 
 // kernel is what the agent's metrics say of steering.
@@ -68,6 +70,7 @@ func kernelFrom(fams map[string]*dto.MetricFamily) kernel {
 			continue
 		case reasonSteered:
 			k.conns.Steered += n
+		case reasonHeld:
 		default:
 			k.conns.Direct += n
 		}

@@ -135,6 +135,9 @@ func printNotes(out io.Writer, c Cluster) {
 			}
 			lines = append(lines, fmt.Sprintf("%s: window open%s: %s", n.Node, until, w.Reason))
 		}
+		if n.OffWaits != "" {
+			lines = append(lines, fmt.Sprintf("%s: steering off waits: %s", n.Node, n.OffWaits))
+		}
 		if g := n.Grace; g != nil && g.Override != nil {
 			lines = append(lines, fmt.Sprintf("%s: rollback grace override (kube-system/skewgate rollback-grace-until): %s", n.Node, g.Override.UTC().Format(time.RFC3339)))
 		}

@@ -43,7 +43,10 @@ type Node struct {
 	Window         *admin.WindowView `json:"window,omitempty"`
 	// LocalAway says why the node's own apiserver is out of routing.
 	LocalAway string `json:"localAway,omitempty"`
-	Grace     *Grace `json:"grace,omitempty"`
+	// OffWaits says why a steering mode of off waits: a rollback grace
+	// holds a type, and the node keeps steering until it ends.
+	OffWaits string `json:"offWaits,omitempty"`
+	Grace    *Grace `json:"grace,omitempty"`
 	// Targets are the steered addresses.
 	Targets []string `json:"targets,omitempty"`
 	// Unsteered are addresses the node's apiserver serves that skewgate
@@ -134,7 +137,7 @@ func nodeStatus(ctx context.Context, c *http.Client, t Target) Node {
 func (n *Node) fill(v admin.RoutesView, k kernel) {
 	st := steeringExtra(v)
 	n.Version, n.Mode, n.SteeringDetail, n.LocalAway = v.Version, st.str("mode"), st.str("steering"), st.str("localAway")
-	n.Targets, n.Unsteered = st.list("targets"), st.list("unsteered")
+	n.Targets, n.Unsteered, n.OffWaits = st.list("targets"), st.list("unsteered"), st.str("offWaits")
 	n.Window = v.Window
 	if n.Window == nil && st.str("window") != "" {
 		// A skewgate before /debug/routes had "window": its sentence.

@@ -231,3 +231,26 @@ func TestUnsteeredIsAProblem(t *testing.T) {
 		t.Errorf("node-a unsteered %q, problems %q", na.Unsteered, na.Problems)
 	}
 }
+
+// A node whose switch says off while a rollback grace holds a type keeps
+// steering, and the status says why; a held lookup (the kernel refused a
+// dead skewgate's connection) is not a direct one.
+func TestOffWaits(t *testing.T) {
+	why := "a rollback grace holds scheduling.k8s.io/v1alpha2, Resource=workloads until 2026-03-01T03:30:00Z; end it first (kube-system/skewgate rollback-grace-until)"
+	a := statustest.Serve(t, statustest.Node{
+		Local: "198.18.0.1:6443", Peer: "198.18.0.2:6443", Version: "v0.1.0-a", Healthy: true,
+		Steering: map[string]string{"steering": "steering on (lease 1.5s): steering off waits: " + why, "mode": "off",
+			"targets": "[198.18.0.1:6443]", "offWaits": why},
+		State: "steering", Lookups: map[string]float64{"steered": 50, "held": 7, "lease_expired": 2},
+	})
+	c := status.Gather(context.Background(), []status.Target{{Node: "node-a", Pod: "skewgate-a", URL: a.URL}}, options(t, a))
+	na := c.Nodes[0]
+	if na.OffWaits != why || na.Connections == nil || na.Connections.Direct != 2 || na.Connections.ByReason["held"] != 7 {
+		t.Errorf("node-a off waits %q, connections %+v; want the reason, 2 direct and 7 held", na.OffWaits, na.Connections)
+	}
+	var out bytes.Buffer
+	status.PrintStatus(&out, c, time.Now())
+	if !strings.Contains(out.String(), "node-a: steering off waits: "+why) {
+		t.Errorf("status:\n%s\nwant a line saying steering off waits, and why", out.String())
+	}
+}

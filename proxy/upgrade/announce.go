@@ -43,24 +43,30 @@ func (a announced) reason() string {
 }
 
 // announcements are the health-check Jobs that count at now: each from
-// its creation (the server's clock) for AnnounceFor, while it exists. A
-// Job kubeadm failed to delete (its TTL is 65 s) stops counting then.
+// its creation, or from when this agent first saw it if its creation
+// claims a later time, for AnnounceFor, while it exists. A Job kubeadm
+// failed to delete (its TTL is 65 s) stops counting then; one dated
+// ahead counts no longer than one created now.
 func (s *Signal) announcements(now time.Time) []announced {
-	if s.jobs == nil {
-		return nil
-	}
-	js, _ := s.jobs.List(labels.Everything()) // a cache lister does not fail
 	var out []announced
-	for _, j := range js {
+	for _, j := range s.listJobs() {
 		if !isKubeadmJob(j.Name) {
 			continue
 		}
-		a := announced{name: j.Name, until: j.CreationTimestamp.Add(s.cfg.AnnounceFor)}
-		if now.Before(a.until) {
+		from := s.seen.since("job/"+j.Name, j.CreationTimestamp.Time, now)
+		if a := (announced{name: j.Name, until: from.Add(s.cfg.AnnounceFor)}); now.Before(a.until) {
 			out = append(out, a)
 		}
 	}
 	return out
+}
+
+func (s *Signal) listJobs() []*batchv1.Job {
+	if s.jobs == nil {
+		return nil
+	}
+	js, _ := s.jobs.List(labels.Everything()) // a cache lister does not fail
+	return js
 }
 
 // jobMeta keeps of a Job what announcements read: kube-system's other

@@ -85,17 +85,22 @@ func release(ctx context.Context, client kubernetes.Interface, node string) erro
 	return nil
 }
 
+// MaxLeaseFor caps how long one renewal of a lease counts, whatever
+// duration it claims: what agents write (Config.LeaseDuration's default).
+const MaxLeaseFor = time.Minute
+
 // leaseCondition reads a lease another agent wrote: its condition, and
-// until when it holds. ok is false for a lease not of the shape agents
-// write (holder and name disagree, no renew time or duration).
-func leaseCondition(l *coordinationv1.Lease) (c Condition, until time.Time, ok bool) {
+// the renewal it claims and the duration it counts for. ok is false for
+// a lease not of the shape agents write (holder and name disagree, no
+// renew time or duration).
+func leaseCondition(l *coordinationv1.Lease) (c Condition, renewed time.Time, d time.Duration, ok bool) {
 	s := l.Spec
 	if s.HolderIdentity == nil || l.Name != LeaseName(*s.HolderIdentity) || s.RenewTime == nil || s.LeaseDurationSeconds == nil {
-		return Condition{}, time.Time{}, false
+		return Condition{}, time.Time{}, 0, false
 	}
 	c = Condition{On: true, Node: *s.HolderIdentity,
 		Manifest: bounded(l.Annotations[AnnotationManifest]), Running: bounded(l.Annotations[AnnotationRunning])}
-	return c, s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second), true
+	return c, s.RenewTime.Time, min(time.Duration(*s.LeaseDurationSeconds)*time.Second, MaxLeaseFor), true
 }
 
 // bounded keeps a value anyone who may write leases in kube-system chose

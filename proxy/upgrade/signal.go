@@ -104,6 +104,8 @@ type Signal struct {
 	on      bool
 	reason  string
 	expiry  *time.Timer // re-evaluates when the next fresh lease expires
+	// seen: when each lease's renewal and Job's creation was first seen.
+	seen firstSeen
 	// stopped: Run has ended, no timer is armed again.
 	stopped bool
 }
@@ -118,7 +120,7 @@ func New(cfg Config) (*Signal, error) {
 	if errs := validation.IsDNS1123Subdomain(LeaseName(cfg.Node)); len(errs) > 0 {
 		return nil, fmt.Errorf("upgrade signal: node %q: lease name %s: %s", cfg.Node, LeaseName(cfg.Node), strings.Join(errs, "; "))
 	}
-	s := &Signal{cfg: cfg, local: Condition{Node: cfg.Node}}
+	s := &Signal{cfg: cfg, local: Condition{Node: cfg.Node}, seen: firstSeen{}}
 	if cfg.Manifest != "" {
 		s.watch = &manifestWatch{node: cfg.Node, path: cfg.Manifest, running: cfg.Running, log: cfg.Log}
 	}
@@ -134,10 +136,9 @@ func (s *Signal) Signal() (on bool, reason string) {
 }
 
 // evaluate is on while this node's condition is, or while another node's
-// lease is fresh (its renewal plus its duration, by that node's clock: a
-// skew of seconds against a minute's lease does not matter). This node's
-// own lease is left out once its manifest decided: the manifest is the
-// fresher truth, and a lease whose deletion failed must not outlive it.
+// lease holds (leaseUntil). This node's own lease is left out once its
+// manifest decided: the manifest is the fresher truth, and a lease whose
+// deletion failed must not outlive it.
 func (s *Signal) evaluate(now time.Time) (bool, string) {
 	var reasons []string
 	if s.local.On {
@@ -157,12 +158,25 @@ func (s *Signal) evaluate(now time.Time) (bool, string) {
 func (s *Signal) fresh(now time.Time) []Condition {
 	var out []Condition
 	for _, l := range s.list() {
-		c, until, ok := leaseCondition(l)
+		c, until, ok := s.leaseUntil(l, now)
 		if ok && now.Before(until) && !(s.decided && c.Node == s.cfg.Node) {
 			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// leaseUntil is until when l holds, by this agent's clock: from its
+// renewal, or from when this agent first saw that renewal if it claims a
+// later time, for its duration capped at MaxLeaseFor. A skew of seconds
+// between nodes' clocks against a minute's lease does not matter; a
+// renewal dated years ahead, or a duration of years, holds a minute.
+func (s *Signal) leaseUntil(l *coordinationv1.Lease, now time.Time) (Condition, time.Time, bool) {
+	c, renewed, d, ok := leaseCondition(l)
+	if !ok {
+		return c, time.Time{}, false
+	}
+	return c, s.seen.since("lease/"+l.Name, renewed, now).Add(d), true
 }
 
 func (s *Signal) list() []*coordinationv1.Lease {
@@ -171,6 +185,18 @@ func (s *Signal) list() []*coordinationv1.Lease {
 	}
 	ls, _ := s.leases.List(labels.Everything()) // a cache lister does not fail
 	return ls
+}
+
+// forgetGone drops what was first seen of objects no longer listed.
+func (s *Signal) forgetGone() {
+	live := map[string]bool{}
+	for _, l := range s.list() {
+		live["lease/"+l.Name] = true
+	}
+	for _, j := range s.listJobs() {
+		live["job/"+j.Name] = true
+	}
+	s.seen.keep(live)
 }
 
 // changed re-evaluates, arms the timer for the next lease or
@@ -182,6 +208,7 @@ func (s *Signal) changed() {
 	s.mu.Lock()
 	on, reason := s.evaluate(now)
 	s.armExpiry(now)
+	s.forgetGone()
 	moved := on != s.on || reason != s.reason
 	s.on, s.reason = on, reason
 	s.mu.Unlock()
@@ -201,7 +228,7 @@ func (s *Signal) changed() {
 func (s *Signal) armExpiry(now time.Time) {
 	var next time.Time
 	for _, l := range s.list() {
-		if _, until, ok := leaseCondition(l); ok && now.Before(until) && (next.IsZero() || until.Before(next)) {
+		if _, until, ok := s.leaseUntil(l, now); ok && now.Before(until) && (next.IsZero() || until.Before(next)) {
 			next = until
 		}
 	}

@@ -3,12 +3,14 @@ package upgrade
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -326,5 +328,57 @@ func TestLeaseRetriedSoon(t *testing.T) {
 		if _, ok := getLease(t, client, "node-a"); !ok {
 			t.Fatalf("no lease a second after the refused write (attempts %d)", refused.Load())
 		}
+	})
+}
+
+// TestForgedLeaseBounded: whoever may write Leases and Jobs in
+// kube-system holds every node's window no longer than an agent's lease
+// or kubeadm's Job would: a renewal dated 30 years ahead counts a minute
+// from when it was first seen, a duration of 34 years a minute from its
+// renewal, a Job dated an hour ahead two minutes from when it was first
+// seen; a renewal in the past still counts from itself.
+func TestForgedLeaseBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now()
+		forged := func(holder string, renewed time.Time, secs int32) *coordinationv1.Lease {
+			rt := metav1.NewMicroTime(renewed)
+			return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName(holder), Namespace: Namespace, Labels: map[string]string{Label: "true"},
+				Annotations: map[string]string{AnnotationManifest: "v1.36.3", AnnotationRunning: "v1.35.4"}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, RenewTime: &rt}}
+		}
+		const year = 365 * 24 * time.Hour
+		client := fake.NewClientset(
+			forged("node-f", now.Add(30*year), 60),
+			forged("node-g", now, int32(34*year/time.Second)),
+			forged("node-p", now.Add(-30*time.Second), 60),
+		)
+		c := startAgentWith(t, client, Config{Node: "node-c", Announcements: true}, "", "")
+		defer c.halt()
+		synctest.Wait()
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "upgrade-health-check-1764698400123", Namespace: Namespace,
+			CreationTimestamp: metav1.NewTime(now.Add(time.Hour))}}
+		if _, err := client.BatchV1().Jobs(Namespace).Create(context.Background(), job, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		reason := func(nodes ...string) string {
+			var out []string
+			for _, n := range nodes {
+				out = append(out, "node "+n+": manifest names kube-apiserver v1.36.3, running v1.35.4")
+			}
+			return strings.Join(out, "; ")
+		}
+		announced := "kubeadm upgrade announced: Job kube-system/upgrade-health-check-1764698400123 (the preflight of kubeadm upgrade apply, or plan)"
+		wantSignal(t, "at first sight", c, true, announced+"; "+reason("node-f", "node-g", "node-p"))
+
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		wantSignal(t, "30 s on: the lease renewed 30 s before it was seen has lapsed", c, true, announced+"; "+reason("node-f", "node-g"))
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		wantSignal(t, "60 s on: the forged leases have lapsed", c, true, announced)
+		time.Sleep(60 * time.Second)
+		synctest.Wait()
+		wantSignal(t, "2 min on: the Job dated ahead has lapsed", c, false, "")
 	})
 }
