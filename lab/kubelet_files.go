@@ -107,7 +107,8 @@ func writeClientKubeconfig(path, server string, pki *PKI, cn string, orgs ...str
 const PauseImage = "skewgate.lab/pause:v1"
 
 // containerdConfig is containerd 1.6's config for one node: every path
-// under the node's directory, the CRI's facts from DESIGN.md.
+// under the node's directory, and restrict_oom_score_adj: nothing on the
+// lab's machines may lower a process's oom_score_adj.
 var containerdConfig = template.Must(template.New("containerd").Parse(`version = 2
 root = "{{.Dir}}/containerd/root"
 state = "{{.Dir}}/containerd/state"

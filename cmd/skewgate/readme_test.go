@@ -1,7 +1,11 @@
 package main
 
 import (
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -70,5 +74,44 @@ func TestREADMEFlagsExist(t *testing.T) {
 		if !regexp.MustCompile(regexp.QuoteMeta(name) + `\b`).MatchString(docs) {
 			t.Errorf("skewgate run %s (%s) is in neither README.md nor the docs it links", name, f.Usage)
 		}
+	}
+}
+
+// Issue 44: Go comments cited a design card the repository does not hold. A
+// document of this repository a comment names — a top-level one
+// (README.md) or one under docs/ or deploy/ — exists.
+func TestGoCitesOnlyTheRepository(t *testing.T) {
+	const top = "../.."
+	cite := regexp.MustCompile(`\b(?:(?:docs|deploy)/[\w./-]+|[A-Z][A-Z_]+)\.md\b`)
+	files := 0
+	err := filepath.WalkDir(top, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != top || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		files++
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ParseComments)
+		if err != nil {
+			return err
+		}
+		for _, c := range f.Comments {
+			for _, doc := range cite.FindAllString(c.Text(), -1) {
+				if _, err := os.Stat(filepath.Join(top, doc)); err != nil {
+					t.Errorf("%s: a comment cites %s, which the repository does not hold", path, doc)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 100 {
+		t.Fatalf("read %d Go files: the walk is broken", files)
 	}
 }

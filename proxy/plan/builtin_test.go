@@ -18,7 +18,7 @@ import (
 var update = flag.Bool("update", false, "rewrite builtin/*.txt from proxy/discovery/testdata")
 
 // recordings are the discovery documents the lists come from, and how the
-// lab ran those servers (docs/architecture.md, DESIGN.md "Lab").
+// lab ran those servers (docs/architecture.md).
 var recordings = []struct{ minor, build, flags string }{
 	{"v1.35", "v1.35.4", "default flags"},
 	{"v1.36", "v1.36.3", "--runtime-config=scheduling.k8s.io/v1alpha2=true --feature-gates=GenericWorkload=true"},

@@ -1,5 +1,5 @@
 // Package route decides, for one request, which apiserver answers it: the
-// routing contract of DESIGN.md as a pure function of the request and a
+// routing contract of docs/routing.md as a pure function of the request and a
 // snapshot of what every server serves and whether it is healthy.
 package route
 

@@ -147,7 +147,7 @@ func (d Decision) NamesType(localServes bool) bool {
 	return false
 }
 
-// Decide applies the routing contract (DESIGN.md, "Routing rules") to a
+// Decide applies the routing contract (docs/routing.md, "Per request, in order") to a
 // classified request. clientKey identifies the client (its user or
 // address) so that its watches stick to one server while the set of
 // capable servers is stable. A request that carries the peer-proxied mark
