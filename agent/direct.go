@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
@@ -140,15 +139,6 @@ func (n *Node) collectDirect(ch chan<- prometheus.Metric) {
 	for _, d := range list {
 		ch <- prometheus.MustNewConstMetric(descDirect, prometheus.GaugeValue, float64(d.Connections), d.Address.String(), fmt.Sprint(d.Steered))
 	}
-}
-
-// directStatus reads like "198.18.0.1:6443=0 10.0.0.100:6443=2 (not steered)".
-func directStatus(list []Direct) string {
-	s := make([]string, len(list))
-	for i, d := range list {
-		s[i] = d.String()
-	}
-	return strings.Join(s, " ")
 }
 
 // steeredTargets are the addresses steering holds now (the configured

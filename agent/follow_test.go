@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -203,24 +204,29 @@ func TestCountDirect(t *testing.T) {
 func TestStatusNamesUnsteeredAddresses(t *testing.T) {
 	n := newNode(t)
 	addAddr(t, n.ns, "lo", "198.18.1.100/32")
-	var st map[string]string
+	var st NodeStatus
 	n.ns.do(t, func() error {
 		target, _, err := Targets(TargetConfig{Addresses: []string{targetAddr}, Local: "127.0.0.1:6443", Serving: &Serving{Port: 6443, Manifest: "m.yaml"}})
 		if err != nil {
 			return err
 		}
 		node := &Node{cfg: NodeConfig{Steering: true, Log: slog.New(slog.DiscardHandler)}, target: target, reason: "test"}
-		st = node.Status().(map[string]string)
+		st = node.Status()
 		return nil
 	})
+	got := map[string]string{
+		"unsteered": fmt.Sprint(st.Unsteered),
+		"apiserver": st.Apiserver,
+		"direct":    fmt.Sprint(st.Direct),
+	}
 	want := map[string]string{
 		"unsteered": "[198.18.1.100:6443]",
 		"apiserver": "port 6443, every address (m.yaml)",
-		"direct":    "198.18.1.1:6443=0 198.18.1.100:6443=0 (not steered)",
+		"direct":    "[198.18.1.1:6443=0 198.18.1.100:6443=0 (not steered)]",
 	}
 	for k, v := range want {
-		if st[k] != v {
-			t.Errorf("status[%s] = %q, want %q (all: %v)", k, st[k], v, st)
+		if got[k] != v {
+			t.Errorf("status %s = %q, want %q (all: %+v)", k, got[k], v, st)
 		}
 	}
 }

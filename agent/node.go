@@ -194,62 +194,80 @@ func (n *Node) mode() (Mode, Window) {
 // the SOCKMAP entry must vanish when it closes.
 func (n *Node) Listener() *net.TCPListener { return n.ln }
 
-// status is Status' steering, connstat, mode, window and targets.
-func (n *Node) status() map[string]string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := map[string]string{}
-	if n.st == nil {
-		out["steering"] = n.reason
-	} else {
-		out["steering"] = n.st.Status().String()
-	}
-	if n.cs != nil {
-		out["connstat"] = n.cs.Status().String()
-	}
-	if n.cfg.Steering {
-		mode, w := n.mode()
-		out["mode"] = string(mode)
-		switch {
-		case w.Open && w.Until.IsZero():
-			out["window"] = "open: " + w.Reason
-		case w.Open:
-			out["window"] = fmt.Sprintf("open until %s unless the apiservers differ again (last: %s)", w.Until.Format(time.RFC3339), w.Reason)
-		default:
-			out["window"] = "closed: no upgrade under way"
-		}
-		if n.st != nil {
-			if why := n.st.Status().Why; strings.HasPrefix(why, offWaits) {
-				out["offWaits"] = strings.TrimPrefix(why, offWaits)
-			}
-		}
-		if w.LocalAway != "" {
-			out["localAway"] = w.LocalAway + ": its clients' new connections go to peers until it is back"
-		}
-		if n.st != nil {
-			out["targets"] = fmt.Sprint(n.st.Targets())
-		}
-		out["apiserver"] = n.target.Served.String()
-	}
-	return out
+// NodeStatus is the agent's side of a node for /debug/routes and explain.
+type NodeStatus struct {
+	// Steering is the steering state and why ("on (lease …)", "standby:
+	// …", "disabled: …").
+	Steering string
+	// Connstat is the connstat program's state.
+	Connstat string
+	// Mode is the steering mode in force (auto, always, off); the rest is
+	// set only where steering is configured.
+	Mode string
+	// Window is the skew window as mode auto sees it.
+	Window Window
+	// OffWaits, when set, says why a wanted `off` waits (a rollback grace
+	// or its settle holds a type).
+	OffWaits string
+	// LocalAway says the local apiserver is away and its clients' new
+	// connections go to peers.
+	LocalAway string
+	// Targets are the addresses steered; Unsteered the addresses the
+	// apiserver serves that skewgate does not steer.
+	Targets, Unsteered []netip.AddrPort
+	// Apiserver says where the local apiserver serves (port, addresses,
+	// the manifest read).
+	Apiserver string
+	// Direct are the connections the apiserver holds itself, per address;
+	// DirectErr says why they could not be counted.
+	Direct    []Direct
+	DirectErr string
 }
 
-// Status describes steering and connstat for /debug/routes: besides
-// status, the apiserver's addresses skewgate does not steer and the
+// Status describes steering and connstat for /debug/routes: besides their
+// state, the apiserver's addresses skewgate does not steer and the
 // connections the apiserver holds directly, per address.
-func (n *Node) Status() any {
+func (n *Node) Status() NodeStatus {
 	out := n.status()
 	if !n.cfg.Steering {
 		return out
 	}
-	if u := n.Unsteered(); len(u) > 0 {
-		out["unsteered"] = fmt.Sprint(u)
-	}
+	out.Unsteered = n.Unsteered()
 	if d, err := n.Direct(); err != nil {
-		out["direct"] = "not counted: " + err.Error()
+		out.DirectErr = err.Error()
 	} else {
-		out["direct"] = directStatus(d)
+		out.Direct = d
 	}
+	return out
+}
+
+func (n *Node) status() NodeStatus {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out NodeStatus
+	if n.st == nil {
+		out.Steering = n.reason
+	} else {
+		out.Steering = n.st.Status().String()
+	}
+	if n.cs != nil {
+		out.Connstat = n.cs.Status().String()
+	}
+	if !n.cfg.Steering {
+		return out
+	}
+	mode, w := n.mode()
+	out.Mode, out.Window = string(mode), w
+	if n.st != nil {
+		if why := n.st.Status().Why; strings.HasPrefix(why, offWaits) {
+			out.OffWaits = strings.TrimPrefix(why, offWaits)
+		}
+		out.Targets = n.st.Targets()
+	}
+	if w.LocalAway != "" {
+		out.LocalAway = w.LocalAway + ": its clients' new connections go to peers until it is back"
+	}
+	out.Apiserver = n.target.Served.String()
 	return out
 }
 

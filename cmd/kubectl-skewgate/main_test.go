@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/skewgate/skewgate/agent"
+	"github.com/skewgate/skewgate/proxy/admin"
 	"github.com/skewgate/skewgate/proxy/status"
 	"github.com/skewgate/skewgate/proxy/status/statustest"
 )
@@ -31,11 +32,11 @@ import (
 func cluster(t *testing.T, pending bool) (kubeconfig string) {
 	t.Helper()
 	well := statustest.Node{Local: "198.18.0.1:6443", Peer: "198.18.0.2:6443", Version: "v0.1.0",
-		Steering: map[string]string{"steering": "steering standby: no skew window", "mode": "auto", "targets": "[198.18.0.1:6443]"},
+		Steering: &admin.SteeringView{Layout: admin.SteeringLayout, State: "steering standby: no skew window", Mode: "auto", Targets: []string{"198.18.0.1:6443"}},
 		State:    "standby", Lookups: map[string]float64{"lease_expired": 7}, Healthy: true}
 	a := statustest.Serve(t, well)
 	well.Local, well.Peer = well.Peer, well.Local
-	well.Steering = map[string]string{"steering": "steering standby: no skew window", "mode": "auto", "targets": "[198.18.0.2:6443]"}
+	well.Steering = &admin.SteeringView{Layout: admin.SteeringLayout, State: "steering standby: no skew window", Mode: "auto", Targets: []string{"198.18.0.2:6443"}}
 	b := statustest.Serve(t, well)
 	objs := []*corev1.Pod{skewgatePod(t, "skewgate-a", "node-a", a), skewgatePod(t, "skewgate-b", "node-b", b)}
 	if pending {
@@ -150,7 +151,7 @@ func TestDegraded(t *testing.T) {
 	// The membership of a node that never probed its apiservers.
 	prev := newClientset
 	srv := statustest.Serve(t, statustest.Node{Local: "198.18.0.1:6443", Version: "v0.1.0",
-		Steering: map[string]string{"steering": "steering lapsed: probe failed", "mode": "auto"}, State: "lapsed"})
+		Steering: &admin.SteeringView{Layout: admin.SteeringLayout, State: "steering lapsed: probe failed", Mode: "auto"}, State: "lapsed"})
 	newClientset = func(rc *rest.Config) (kubernetes.Interface, error) {
 		return fake.NewClientset(skewgatePod(t, "skewgate-a", "node-a", srv)), nil
 	}

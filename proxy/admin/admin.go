@@ -26,13 +26,11 @@ import (
 	"github.com/skewgate/skewgate/proxy/route"
 )
 
-// Extra is more state to show under /debug/routes (steering, say).
-type Extra func() any
-
 // Options configure the admin endpoints.
 type Options struct {
-	// Extra is shown under /debug/routes, by name.
-	Extra map[string]Extra
+	// Steering is the kernel side's state, shown under /debug/routes and
+	// /debug/explain (nil: none, as without steering).
+	Steering func() *SteeringView
 	// Profiling serves /debug/pprof/.
 	Profiling bool
 	// Version is skewgate's own version, shown under /debug/routes.
@@ -52,11 +50,11 @@ func Handler(m *membership.Members, gather prometheus.Gatherer, o Options) http.
 	healthz.InstallReadyzHandler(mux, healthz.PingHealthz,
 		healthz.NamedCheck("discovery", func(*http.Request) error { return m.Ready() }))
 	mux.HandleFunc("/debug/routes", func(w http.ResponseWriter, _ *http.Request) {
-		v := Routes(m, o.Extra)
+		v := Routes(m, o.Steering)
 		v.Version = o.Version
 		writeJSON(w, v)
 	})
-	mux.HandleFunc("/debug/explain", func(w http.ResponseWriter, r *http.Request) { explain(w, r, m, o.Extra["steering"]) })
+	mux.HandleFunc("/debug/explain", func(w http.ResponseWriter, r *http.Request) { explain(w, r, m, o.Steering) })
 	if o.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -144,7 +142,9 @@ type RoutesView struct {
 	// StateFile is how the state file's last write went (absent: no
 	// state file is kept).
 	StateFile *membership.StateFileStatus `json:"stateFile,omitempty"`
-	Extra     map[string]any              `json:"extra,omitempty"`
+	// Steering is the kernel side's state (absent without steering, and
+	// from a skewgate before v0.2, which had an untyped "extra").
+	Steering *SteeringView `json:"steering,omitempty"`
 }
 
 // WindowView is the skew window in /debug/routes.
@@ -159,9 +159,9 @@ type WindowView struct {
 
 // Routes describes every server and the decision for every resource any
 // server serves.
-func Routes(m *membership.Members, extra map[string]Extra) RoutesView {
+func Routes(m *membership.Members, steering func() *SteeringView) RoutesView {
 	snap, table := m.Discovery(), m.Table()
-	v := RoutesView{Local: m.LocalID(), Extra: map[string]any{}}
+	v := RoutesView{Local: m.LocalID()}
 	seen := map[schema.GroupVersionResource]bool{}
 	var gvrs []schema.GroupVersionResource
 	for _, st := range m.Statuses() {
@@ -210,8 +210,8 @@ func Routes(m *membership.Members, extra map[string]Extra) RoutesView {
 	if sf, ok := m.StateFile(); ok {
 		v.StateFile = &sf
 	}
-	for k, f := range extra {
-		v.Extra[k] = f()
+	if steering != nil {
+		v.Steering = steering()
 	}
 	return v
 }
@@ -238,7 +238,7 @@ type Explanation struct {
 	// Steering is whether such a request, on a new connection to the
 	// node's apiserver address, reaches skewgate at all now: the kernel
 	// side's state, mode, window and targets (absent without steering).
-	Steering any `json:"steering,omitempty"`
+	Steering *SteeringView `json:"steering,omitempty"`
 }
 
 // verbMethods maps Kubernetes verbs to the HTTP method that carries them.
@@ -247,7 +247,7 @@ var verbMethods = map[string]string{
 	"patch": "PATCH", "delete": "DELETE", "deletecollection": "DELETE",
 }
 
-func explain(w http.ResponseWriter, r *http.Request, m *membership.Members, steering Extra) {
+func explain(w http.ResponseWriter, r *http.Request, m *membership.Members, steering func() *SteeringView) {
 	verb, path := r.URL.Query().Get("verb"), r.URL.Query().Get("path")
 	method, ok := verbMethods[strings.ToLower(verb)]
 	if !ok {

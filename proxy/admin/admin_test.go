@@ -54,23 +54,23 @@ func TestExplainShowsSteering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	steering := map[string]string{"steering": "standby", "mode": "auto", "window": "closed: the apiservers agree"}
+	steering := &SteeringView{Layout: SteeringLayout, State: "standby", Mode: "auto"}
 	for _, tc := range []struct {
-		extra map[string]Extra
-		want  string
-		not   string
+		steering func() *SteeringView
+		want     string
+		not      string
 	}{
-		{map[string]Extra{"steering": func() any { return steering }}, `"steering": {`, ""},
+		{func() *SteeringView { return steering }, `"steering": {`, ""},
 		{nil, `"route"`, `"steering"`},
 	} {
-		h := Handler(m, prometheus.NewRegistry(), Options{Extra: tc.extra})
+		h := Handler(m, prometheus.NewRegistry(), Options{Steering: tc.steering})
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/explain?verb=get&path=/api/v1/pods", nil))
 		body := rec.Body.String()
 		if rec.Code != http.StatusOK || !strings.Contains(body, tc.want) || tc.not != "" && strings.Contains(body, tc.not) {
-			t.Errorf("explain with steering %v: %d %s, want %q and not %q", tc.extra != nil, rec.Code, body, tc.want, tc.not)
+			t.Errorf("explain with steering %v: %d %s, want %q and not %q", tc.steering != nil, rec.Code, body, tc.want, tc.not)
 		}
-		if tc.extra != nil && !strings.Contains(body, `"mode": "auto"`) {
+		if tc.steering != nil && !strings.Contains(body, `"mode": "auto"`) {
 			t.Errorf("explain does not show the steering state: %s", body)
 		}
 	}

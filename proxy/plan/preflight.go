@@ -97,32 +97,30 @@ func checkNode(ctx context.Context, c *Cluster, n Node, advertised []netip.AddrP
 		return []Check{{name, "skewgate", Fail, fmt.Sprintf("cannot read its /debug/routes: %v: nothing keeps this node's clients from false 404s", err)}}, nil
 	}
 	st := steeringOf(v)
-	targets := parseTargets(st["targets"])
+	targets := parseTargets(st.Targets)
 	checks := []Check{
 		checkMembers(name, v),
 		checkSteering(name, st),
-		checkMode(name, st),
-		checkTargets(name, n, st, targets, parseTargets(st["unsteered"]), advertised),
+		checkMode(name, st, v.Window),
+		checkTargets(name, n, st, targets, parseTargets(st.Unsteered), advertised),
 		checkStateFile(name, v.StateFile),
 	}
 	return checks, targets
 }
 
-// steeringOf is the agent's status under /debug/routes' extra.steering.
-func steeringOf(v admin.RoutesView) map[string]string {
-	out := map[string]string{}
-	m, _ := v.Extra["steering"].(map[string]any)
-	for k, x := range m {
-		out[k] = fmt.Sprint(x)
+// steeringOf is the kernel side's status under /debug/routes (empty from
+// a skewgate without steering, or from one before the typed view).
+func steeringOf(v admin.RoutesView) admin.SteeringView {
+	if v.Steering == nil {
+		return admin.SteeringView{}
 	}
-	return out
+	return *v.Steering
 }
 
-// parseTargets reads fmt.Sprint of []netip.AddrPort: "[198.18.0.1:6443 [fd00::1]:6443]".
-func parseTargets(s string) []netip.AddrPort {
-	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+// parseTargets reads host:port addresses; what does not parse is left out.
+func parseTargets(list []string) []netip.AddrPort {
 	var out []netip.AddrPort
-	for _, f := range strings.Fields(s) {
+	for _, f := range list {
 		if ap, err := netip.ParseAddrPort(f); err == nil {
 			out = append(out, ap)
 		}
@@ -155,8 +153,8 @@ func checkMembers(node string, v admin.RoutesView) Check {
 	return Check{node, "apiservers", OK, why}
 }
 
-func checkSteering(node string, st map[string]string) Check {
-	s := st["steering"]
+func checkSteering(node string, st admin.SteeringView) Check {
+	s := st.State
 	switch {
 	case s == "":
 		return Check{node, "steering", Fail, "its status has no steering state"}
@@ -172,27 +170,31 @@ func checkSteering(node string, st map[string]string) Check {
 	return Check{node, "steering", Fail, s}
 }
 
-func checkMode(node string, st map[string]string) Check {
-	mode, window := st["mode"], st["window"]
+func checkMode(node string, st admin.SteeringView, w *admin.WindowView) Check {
+	mode := st.Mode
 	switch mode {
 	case "":
 		return Check{node, "mode", Warn, "no steering mode (steering not installed)"}
 	case "off":
 		return Check{node, "mode", Warn, "mode off: skewgate never steers, so it protects nobody in the upgrade"}
 	}
-	if strings.HasPrefix(window, "open") {
-		return Check{node, "mode", Warn, fmt.Sprintf("mode %s; a window is already %s", mode, window)}
+	if w != nil && w.Open {
+		return Check{node, "mode", Warn, fmt.Sprintf("mode %s; a window is already open: %s", mode, w.Reason)}
 	}
-	return Check{node, "mode", OK, fmt.Sprintf("mode %s; window %s", mode, orDash(window))}
+	window := "-"
+	if w != nil {
+		window = "closed"
+	}
+	return Check{node, "mode", OK, fmt.Sprintf("mode %s; window %s", mode, window)}
 }
 
 // checkTargets: the node steers its advertise address, and every other
 // address its apiserver serves (a VIP on lo or on another interface, a
 // second NIC's): clients of one it serves and skewgate does not steer get
 // the apiserver's false 404s in the upgrade.
-func checkTargets(node string, n Node, st map[string]string, targets, unsteered, advertised []netip.AddrPort) Check {
+func checkTargets(node string, n Node, st admin.SteeringView, targets, unsteered, advertised []netip.AddrPort) Check {
 	if len(targets) == 0 {
-		return Check{node, "targets", Warn, "steers no address (" + orDash(st["steering"]) + ")"}
+		return Check{node, "targets", Warn, "steers no address (" + orDash(st.State) + ")"}
 	}
 	missed := ""
 	if len(unsteered) > 0 {

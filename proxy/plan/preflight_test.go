@@ -41,9 +41,9 @@ func routesServer(t *testing.T, v admin.RoutesView) *httptest.Server {
 
 // nodeView is /debug/routes as agent.Node.Status and membership fill it.
 func nodeView(steering string, targets []netip.AddrPort, sf *membership.StateFileStatus) admin.RoutesView {
-	st := map[string]string{"steering": steering, "mode": "auto", "window": "closed: no upgrade under way"}
-	if targets != nil {
-		st["targets"] = fmt.Sprint(targets) // as agent.Node.Status writes them
+	st := &admin.SteeringView{Layout: admin.SteeringLayout, State: steering, Mode: "auto"}
+	for _, t := range targets {
+		st.Targets = append(st.Targets, t.String())
 	}
 	return admin.RoutesView{
 		Local: "127.0.0.1:6443",
@@ -52,7 +52,8 @@ func nodeView(steering string, targets []netip.AddrPort, sf *membership.StateFil
 			{Status: membership.Status{ID: "198.18.0.2:6443", Healthy: true, Version: "v1.35.4"}},
 		},
 		StateFile: sf,
-		Extra:     map[string]any{"steering": st},
+		Window:    &admin.WindowView{Reason: "no upgrade under way"},
+		Steering:  st,
 	}
 }
 
@@ -155,7 +156,7 @@ func TestPreflightFailures(t *testing.T) {
 	bad := &membership.StateFileStatus{Path: "/var/lib/skewgate/state.json", Error: "open /var/lib/skewgate/.state.json.1: read-only file system"}
 	a := routesServer(t, nodeView("steering disabled: not permitted: operation not permitted", nil, bad))
 	vb := nodeView("steering off (kill switch)", []netip.AddrPort{netip.MustParseAddrPort("10.0.0.9:6443")}, good)
-	vb.Extra["steering"].(map[string]string)["window"] = "open: members' versions differ"
+	vb.Window = &admin.WindowView{Open: true, Reason: "members' versions differ"}
 	b := routesServer(t, vb)
 	gone := httptest.NewServer(http.NotFoundHandler())
 	gone.Close()
@@ -217,7 +218,7 @@ func TestNodes(t *testing.T) {
 	if got[0].Address != nodeB || got[0].Admin != "https://198.18.0.2:16444" || got[1].Address.IsValid() || got[1].Name() != "http://127.0.0.1:16444" {
 		t.Errorf("given: %+v", got)
 	}
-	if ts := parseTargets(fmt.Sprint([]netip.AddrPort{nodeA, netip.MustParseAddrPort("[fd00::1]:6443")})); !slices.Equal(ts, []netip.AddrPort{nodeA, netip.MustParseAddrPort("[fd00::1]:6443")}) {
+	if ts := parseTargets([]string{nodeA.String(), "[fd00::1]:6443", "not an address"}); !slices.Equal(ts, []netip.AddrPort{nodeA, netip.MustParseAddrPort("[fd00::1]:6443")}) {
 		t.Errorf("parseTargets = %v", ts)
 	}
 }
@@ -228,9 +229,9 @@ func TestNodes(t *testing.T) {
 // stays the difference between ok and fail.
 func TestPreflightUnsteered(t *testing.T) {
 	loVIP := netip.MustParseAddrPort("10.0.0.100:6443")
-	st := map[string]string{"steering": "steering standby: no skew window", "unsteered": fmt.Sprint([]netip.AddrPort{loVIP})}
+	st := admin.SteeringView{State: "steering standby: no skew window", Unsteered: []string{loVIP.String()}}
 	n := Node{Address: nodeA}
-	if c := checkTargets("node-a", n, st, []netip.AddrPort{nodeA}, parseTargets(st["unsteered"]), nil); c.Result != Warn ||
+	if c := checkTargets("node-a", n, st, []netip.AddrPort{nodeA}, parseTargets(st.Unsteered), nil); c.Result != Warn ||
 		!strings.Contains(c.Reason, "10.0.0.100:6443") || !strings.Contains(c.Reason, "does not steer") {
 		t.Errorf("advertise address steered, a VIP not: %+v, want a warning naming the VIP", c)
 	}

@@ -2,7 +2,6 @@ package status
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -103,9 +102,11 @@ func PrintRoutes(out io.Writer, v admin.RoutesView, all bool) {
 		fmt.Fprintf(out, "(%d resources answered by the local server; --all lists them)\n", local)
 	}
 	printGrace(out, v)
-	for k, e := range v.Extra {
-		data, _ := json.Marshal(e)
-		fmt.Fprintf(out, "%s: %s\n", k, data)
+	if st := v.Steering; st != nil {
+		fmt.Fprintf(out, "\nsteering: %s (mode %s; targets %s)\n", st.State, orDash(st.Mode), orDash(strings.Join(st.Targets, ", ")))
+		if st.OffWaits != "" {
+			fmt.Fprintf(out, "steering off waits: %s\n", st.OffWaits)
+		}
 	}
 }
 
@@ -144,8 +145,8 @@ func PrintExplanation(out io.Writer, e admin.Explanation) {
 	fmt.Fprintf(out, "\n  route:   %s (rule %s) → %s\n  because: %s\n", e.Route, e.Rule, strings.Join(e.Servers, ", "), e.Reason)
 	// Whether such a request reaches skewgate at all on a new connection
 	// to the node's address.
-	if st, ok := e.Steering.(map[string]any); ok {
-		fmt.Fprintf(out, "  steering: %v (mode %v; window %v)\n", st["steering"], st["mode"], st["window"])
+	if st := e.Steering; st != nil {
+		fmt.Fprintf(out, "  steering: %s (mode %s)\n", st.State, orDash(st.Mode))
 	}
 }
 

@@ -18,9 +18,16 @@ import (
 	"github.com/skewgate/skewgate/proxy/membership"
 )
 
+// Layout is the layout of Cluster, `kubectl skewgate status -o json`'s
+// document (docs/status.md): a field added keeps it, one renamed, removed
+// or changed in meaning bumps it.
+const Layout = 1
+
 // Cluster is every node's status.
 type Cluster struct {
-	Nodes []Node `json:"nodes"`
+	// Layout is Layout.
+	Layout int    `json:"layout"`
+	Nodes  []Node `json:"nodes"`
 }
 
 // Node is one skewgate's status. Error set means it did not answer and
@@ -111,7 +118,7 @@ func (c Cluster) Degraded() []string {
 
 // Gather asks every target for its status.
 func Gather(ctx context.Context, targets []Target, o Options) Cluster {
-	return Cluster{Nodes: each(ctx, targets, o, nodeStatus, func(t Target, err error) Node {
+	return Cluster{Layout: Layout, Nodes: each(ctx, targets, o, nodeStatus, func(t Target, err error) Node {
 		return Node{Node: t.Node, Pod: t.Pod, URL: t.URL, Error: err.Error()}
 	})}
 }
@@ -135,14 +142,15 @@ func nodeStatus(ctx context.Context, c *http.Client, t Target) Node {
 
 // fill sets what the node said, and the problems it makes.
 func (n *Node) fill(v admin.RoutesView, k kernel) {
-	st := steeringExtra(v)
-	n.Version, n.Mode, n.SteeringDetail, n.LocalAway = v.Version, st.str("mode"), st.str("steering"), st.str("localAway")
-	n.Targets, n.Unsteered, n.OffWaits = st.list("targets"), st.list("unsteered"), st.str("offWaits")
-	n.Window = v.Window
-	if n.Window == nil && st.str("window") != "" {
-		// A skewgate before /debug/routes had "window": its sentence.
-		w := st.str("window")
-		n.Window = &admin.WindowView{Open: strings.HasPrefix(w, "open"), Reason: w}
+	n.Version, n.Window = v.Version, v.Window
+	switch st := v.Steering; {
+	case st == nil:
+		n.Problems = append(n.Problems, "its /debug/routes has no steering view: a skewgate older than this plugin (before v0.2)")
+	case st.Layout != admin.SteeringLayout:
+		n.Problems = append(n.Problems, fmt.Sprintf("its steering view has layout %d, this plugin reads %d: use the plugin of that skewgate's release", st.Layout, admin.SteeringLayout))
+	default:
+		n.Mode, n.SteeringDetail, n.LocalAway = st.Mode, st.State, st.LocalAway
+		n.Targets, n.Unsteered, n.OffWaits = st.Targets, st.Unsteered, st.OffWaits
 	}
 	n.Steering, n.Connections = k.state, k.conns
 	if n.Steering == "" && strings.HasPrefix(n.SteeringDetail, "disabled") {
@@ -152,7 +160,7 @@ func (n *Node) fill(v admin.RoutesView, k kernel) {
 	for _, s := range v.Servers {
 		n.Servers = append(n.Servers, server(s))
 	}
-	n.Problems = problems(n, v)
+	n.Problems = append(n.Problems, problems(n, v)...)
 }
 
 func grace(v admin.RoutesView) *Grace {
@@ -217,40 +225,6 @@ func problems(n *Node, v admin.RoutesView) []string {
 		}
 	}
 	return out
-}
-
-// extra is the agent's "steering" entry of /debug/routes
-// (agent.Node.Status): strings by name.
-type extra map[string]any
-
-func steeringExtra(v admin.RoutesView) extra {
-	m, _ := v.Extra["steering"].(map[string]any)
-	return m
-}
-
-func (e extra) str(k string) string {
-	s, _ := e[k].(string)
-	return s
-}
-
-// list reads a list of addresses, as a JSON array or as Go prints a slice
-// ("[198.18.0.1:6443 [fd00::1]:6443]").
-func (e extra) list(k string) []string {
-	switch v := e[k].(type) {
-	case []any:
-		var out []string
-		for _, x := range v {
-			out = append(out, fmt.Sprint(x))
-		}
-		return out
-	case string:
-		s := strings.TrimSpace(v)
-		if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
-			s = s[1 : len(s)-1]
-		}
-		return strings.Fields(s)
-	}
-	return nil
 }
 
 func orDash(s string) string {

@@ -28,14 +28,14 @@ import (
 func twoNodes(t *testing.T, until time.Time) (a, b *httptest.Server) {
 	a = statustest.Serve(t, statustest.Node{
 		Local: "198.18.0.1:6443", Peer: "198.18.0.2:6443", Version: "v0.1.0-a",
-		Steering: map[string]string{"steering": "steering standby: mode auto: no skew window", "mode": "auto",
-			"window": "closed: no upgrade under way", "targets": "[198.18.0.1:6443]"},
+		Steering: &admin.SteeringView{Layout: admin.SteeringLayout, State: "steering standby: mode auto: no skew window", Mode: "auto",
+			Targets: []string{"198.18.0.1:6443"}},
 		State: "standby", Lookups: map[string]float64{"lease_expired": 40, "not_target": 900},
 	})
 	b = statustest.Serve(t, statustest.Node{
 		Local: "198.18.0.2:6443", Peer: "198.18.0.1:6443", Version: "v0.1.0-b",
-		Steering: map[string]string{"steering": "steering on (lease 1.5s): mode auto: skew window open", "mode": "always",
-			"targets": "[198.18.0.2:6443 [fd00::2]:6443]"},
+		Steering: &admin.SteeringView{Layout: admin.SteeringLayout, State: "steering on (lease 1.5s): mode auto: skew window open", Mode: "always",
+			Targets: []string{"198.18.0.2:6443", "[fd00::2]:6443"}},
 		State:   "steering",
 		Lookups: map[string]float64{"steered": 120, "lease_expired": 3, "off": 1, "exempt": 2, "not_target": 5000},
 		Healthy: true,
@@ -221,8 +221,8 @@ func hasInOrder(l string, cells []string) bool {
 func TestUnsteeredIsAProblem(t *testing.T) {
 	a := statustest.Serve(t, statustest.Node{
 		Local: "198.18.0.1:6443", Peer: "198.18.0.2:6443", Version: "v0.1.0-a", Healthy: true,
-		Steering: map[string]string{"steering": "steering standby: mode auto: no skew window", "mode": "auto",
-			"targets": "[198.18.0.1:6443]", "unsteered": "[10.0.0.100:6443]"},
+		Steering: &admin.SteeringView{Layout: admin.SteeringLayout, State: "steering standby: mode auto: no skew window", Mode: "auto",
+			Targets: []string{"198.18.0.1:6443"}, Unsteered: []string{"10.0.0.100:6443"}},
 		State: "standby", Lookups: map[string]float64{"not_target": 9},
 	})
 	c := status.Gather(context.Background(), []status.Target{{Node: "node-a", Pod: "skewgate-a", URL: a.URL}}, options(t, a))
@@ -239,8 +239,8 @@ func TestOffWaits(t *testing.T) {
 	why := "a rollback grace holds scheduling.k8s.io/v1alpha2, Resource=workloads until 2026-03-01T03:30:00Z; end it first (kube-system/skewgate rollback-grace-until)"
 	a := statustest.Serve(t, statustest.Node{
 		Local: "198.18.0.1:6443", Peer: "198.18.0.2:6443", Version: "v0.1.0-a", Healthy: true,
-		Steering: map[string]string{"steering": "steering on (lease 1.5s): steering off waits: " + why, "mode": "off",
-			"targets": "[198.18.0.1:6443]", "offWaits": why},
+		Steering: &admin.SteeringView{Layout: admin.SteeringLayout, State: "steering on (lease 1.5s): steering off waits: " + why, Mode: "off",
+			Targets: []string{"198.18.0.1:6443"}, OffWaits: why},
 		State: "steering", Lookups: map[string]float64{"steered": 50, "held": 7, "lease_expired": 2},
 	})
 	c := status.Gather(context.Background(), []status.Target{{Node: "node-a", Pod: "skewgate-a", URL: a.URL}}, options(t, a))
@@ -252,5 +252,26 @@ func TestOffWaits(t *testing.T) {
 	status.PrintStatus(&out, c, time.Now())
 	if !strings.Contains(out.String(), "node-a: steering off waits: "+why) {
 		t.Errorf("status:\n%s\nwant a line saying steering off waits, and why", out.String())
+	}
+}
+
+// A node whose /debug/routes has no typed steering view (a skewgate
+// before it), or one of another layout, is a problem the status names:
+// the plugin does not guess at fields it cannot read.
+func TestSteeringViewMissingOrOtherLayout(t *testing.T) {
+	for _, tc := range []struct {
+		steering *admin.SteeringView
+		want     string
+	}{
+		{nil, "no steering view"},
+		{&admin.SteeringView{Layout: admin.SteeringLayout + 1, State: "steering on"}, "layout 2, this plugin reads 1"},
+	} {
+		a := statustest.Serve(t, statustest.Node{Local: "198.18.0.1:6443", Peer: "198.18.0.2:6443", Version: "v0.3.0", Healthy: true,
+			Steering: tc.steering, State: "steering", Lookups: map[string]float64{"steered": 1}})
+		c := status.Gather(context.Background(), []status.Target{{Node: "node-a", Pod: "skewgate-a", URL: a.URL}}, options(t, a))
+		na := c.Nodes[0]
+		if !slices.ContainsFunc(na.Problems, func(p string) bool { return strings.Contains(p, tc.want) }) || na.Mode != "" {
+			t.Errorf("steering view %+v: problems %q, mode %q; want a problem saying %q and nothing read", tc.steering, na.Problems, na.Mode, tc.want)
+		}
 	}
 }

@@ -35,6 +35,7 @@ import (
 
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/lab/labtest"
+	"github.com/skewgate/skewgate/proxy/admin"
 	"github.com/skewgate/skewgate/proxy/membership"
 )
 
@@ -138,13 +139,11 @@ func steeringView(name string) string {
 		return err.Error()
 	}
 	defer resp.Body.Close()
-	var v struct {
-		Extra map[string]any `json:"extra"`
-	}
+	var v admin.RoutesView
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
 		return err.Error()
 	}
-	return fmt.Sprint(v.Extra["steering"])
+	return fmt.Sprintf("%+v", v.Steering)
 }
 
 // steeredGet asks node name's address on a new connection and reports

@@ -27,9 +27,8 @@ type Node struct {
 	// Local and Peer are the apiservers its membership knows.
 	Local, Peer string
 	Version     string
-	// Steering is the agent's "steering" entry of /debug/routes, as
-	// agent.Node.Status makes it.
-	Steering map[string]string
+	// Steering is the kernel side's view in /debug/routes.
+	Steering *admin.SteeringView
 	// State is the steering state the metrics say; Lookups the sk_lookup
 	// outcomes counted.
 	State   string
@@ -74,7 +73,7 @@ func Serve(t *testing.T, n Node) *httptest.Server {
 		reg.MustRegister(state, lookups)
 	}
 	steering := n.Steering
-	h := admin.Handler(m, reg, admin.Options{Version: n.Version, Extra: map[string]admin.Extra{"steering": func() any { return steering }}})
+	h := admin.Handler(m, reg, admin.Options{Version: n.Version, Steering: func() *admin.SteeringView { return steering }})
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+Token {
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)

@@ -1,0 +1,23 @@
+package main
+
+import (
+	"github.com/skewgate/skewgate/agent"
+	"github.com/skewgate/skewgate/proxy/admin"
+)
+
+// steeringView is the agent's status as the admin listener shows it: the
+// two halves meet here, neither importing the other.
+func steeringView(st agent.NodeStatus) *admin.SteeringView {
+	v := &admin.SteeringView{Layout: admin.SteeringLayout, State: st.Steering, Connstat: st.Connstat, Mode: st.Mode,
+		OffWaits: st.OffWaits, LocalAway: st.LocalAway, Apiserver: st.Apiserver, DirectError: st.DirectErr}
+	for _, t := range st.Targets {
+		v.Targets = append(v.Targets, t.String())
+	}
+	for _, u := range st.Unsteered {
+		v.Unsteered = append(v.Unsteered, u.String())
+	}
+	for _, d := range st.Direct {
+		v.Direct = append(v.Direct, admin.DirectView{Address: d.Address.String(), Steered: d.Steered, Connections: d.Connections})
+	}
+	return v
+}
