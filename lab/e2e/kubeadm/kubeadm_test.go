@@ -13,9 +13,14 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/transport"
+	"sigs.k8s.io/yaml"
 
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/lab/labtest"
@@ -302,8 +307,9 @@ func kubeadmOutput(t *testing.T, n lab.Node, sub string) string {
 }
 
 // scraper reads node n's skewgate metrics on its secure admin listener
-// every 500 ms, as Prometheus does, with the lab admin's certificate:
-// the listener asks an apiserver to authenticate and authorize each
+// every 500 ms as Prometheus does: with its ServiceAccount's token, bound
+// to the shipped ClusterRole skewgate-metrics (prometheusClient). The
+// listener asks an apiserver to review the token and the access for each
 // scrape, and must keep answering while its own apiserver restarts.
 type scraper struct {
 	stop                 chan struct{}
@@ -317,10 +323,7 @@ var localOut = regexp.MustCompile(`(?m)^skewgate_server_healthy\{local="true"[^}
 
 func scrapeDuring(t *testing.T, n lab.Node) *scraper {
 	t.Helper()
-	c, err := plane.AdminHTTPClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := prometheusClient(t)
 	s := &scraper{stop: make(chan struct{}), done: make(chan struct{})}
 	url := fmt.Sprintf("https://%s:16444/metrics", n.IP)
 	go func() {
@@ -360,6 +363,64 @@ func scrapeDuring(t *testing.T, n lab.Node) *scraper {
 		}
 	}()
 	return s
+}
+
+// prometheusClient scrapes as Prometheus's ServiceAccount does: the
+// ClusterRole skewgate-metrics as deploy/kubernetes/monitoring ships it,
+// bound to ServiceAccount monitoring/prometheus, and a token of it — not
+// a system:masters certificate, which would skip the token review and
+// the access review Prometheus's scrapes go through.
+func prometheusClient(t *testing.T) *http.Client {
+	t.Helper()
+	ctx, c := context.Background(), admin(t)
+	role := shippedMetricsRole(t)
+	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "monitoring"}}
+	if _, err := c.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "prometheus", Namespace: "monitoring"}}
+	if _, err := c.CoreV1().ServiceAccounts("monitoring").Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "skewgate-metrics"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "prometheus", Namespace: "monitoring"}}}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	hour := int64(3600)
+	tr, err := c.CoreV1().ServiceAccounts("monitoring").CreateToken(ctx, "prometheus",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &hour}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := plane.PKI.HTTPClient(lab.KeyPair{}) // the CA only: no client certificate
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc.Transport = transport.NewBearerAuthRoundTripper(tr.Status.Token, hc.Transport)
+	return hc
+}
+
+// shippedMetricsRole is the ClusterRole of deploy/kubernetes/monitoring's
+// metrics-rbac.yaml.
+func shippedMetricsRole(t *testing.T) *rbacv1.ClusterRole {
+	t.Helper()
+	data, err := os.ReadFile("../../../deploy/kubernetes/monitoring/metrics-rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(data), "\n---") {
+		var role rbacv1.ClusterRole
+		if err := yaml.Unmarshal([]byte(doc), &role); err == nil && role.Kind == "ClusterRole" {
+			return &role
+		}
+	}
+	t.Fatal("metrics-rbac.yaml has no ClusterRole")
+	return nil
 }
 
 // end stops the scraper and fails t if a scrape failed, or if none was
