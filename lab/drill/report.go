@@ -106,6 +106,22 @@ func (r *Result) Total() Tally {
 	return tally(r.events, gaps)
 }
 
+// writeAnswer opens the report with what an operator asks first: in each
+// mode, did clients get false 404s, did requests fail, did the garbage
+// collector delete anything. The definitions and the detail follow.
+func writeAnswer(w io.Writer, p Pair, results []*Result) {
+	fmt.Fprintf(w, "## The answer\n\n| pair | mode | false 404s | 404s in the grace | discovery gaps | other errors | pinned clients failed | lost to the GC |\n|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		t := r.Total()
+		lost := "not counted"
+		if l := r.Loss; l != nil && l.Err == "" {
+			lost = fmt.Sprint(len(l.GCDeleted))
+		}
+		fmt.Fprintf(w, "| %s → %s | %s | **%d** | %d | %d | %d | %d of %d | %s |\n", p.From, p.To, r.Mode, t.False404, t.Grace404, t.Gaps, t.Errors, t.PinnedFailed, t.Pinned, lost)
+	}
+	fmt.Fprintf(w, "\nWhat each column counts, and how the drill ran, below.\n\n")
+}
+
 // WriteReport writes the drill's report as markdown.
 func WriteReport(w io.Writer, results []*Result, o Options, command string, images []string) {
 	o.defaults()
@@ -114,6 +130,7 @@ func WriteReport(w io.Writer, results []*Result, o Options, command string, imag
 	}
 	p := o.pair
 	fmt.Fprintf(w, "# Upgrade drill: %s → %s → %s\n\n", p.From, p.To, p.From)
+	writeAnswer(w, p, results)
 	if o.Kubeadm {
 		writeKubeadmIntro(w, o, command)
 	} else {
