@@ -103,6 +103,11 @@ func TestTopRowAnswers(t *testing.T) {
 			continue
 		}
 		got = append(got, deref(p.Panel.Title))
+		// One screen: 24 grid units (720 px at 30 px a unit) under the
+		// row's title.
+		if pos := p.Panel.GridPos; pos == nil || pos.Y+pos.H > 1+24 {
+			t.Errorf("%s at %+v: below the first screen", deref(p.Panel.Title), pos)
+		}
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("the top row holds %q, want %q", got, want)
