@@ -11,11 +11,11 @@ import (
 	"github.com/skewgate/skewgate/docs"
 )
 
-// startedNode registers the agent's collectors as Listen and Engage do —
-// connection stats and the mode's collector first, steering once
-// installed — with real BPF programs in a throwaway namespace, steering in
-// standby (mode auto outside a window), and gathers them: what a node
-// exports from start-up, before any upgrade.
+// startedNode registers the agent's collectors as Listen does —
+// connection stats and the node's collector, which exports steering once
+// Engage installed it — with real BPF programs in a throwaway namespace,
+// steering in standby (mode auto outside a window), and gathers them: what
+// a node exports from start-up, before any upgrade.
 func startedNode(t *testing.T) (*docs.Recorder, []*dto.MetricFamily) {
 	t.Helper()
 	n := newNode(t)
@@ -29,7 +29,6 @@ func startedNode(t *testing.T) (*docs.Recorder, []*dto.MetricFamily) {
 	node := &Node{cfg: NodeConfig{Mode: func() Mode { return ModeAuto }, Window: func() Window { return Window{} }}, st: st}
 	reg := docs.NewRecorder()
 	reg.MustRegister(cs, modeCollector{node})
-	reg.MustRegister(st)
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -37,12 +36,41 @@ func startedNode(t *testing.T) (*docs.Recorder, []*dto.MetricFamily) {
 	return reg, fams
 }
 
+// Before Engage installs steering (the proxy not ready yet), every
+// steering state is there at 0, and the lease: an alert that reads them
+// has a series from the first scrape.
+func TestSteeringSeriesBeforeInstalled(t *testing.T) {
+	reg := docs.NewRecorder()
+	reg.MustRegister(modeCollector{&Node{cfg: NodeConfig{Mode: func() Mode { return ModeAuto }, Window: func() Window { return Window{} }}}})
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]float64{}
+	lease := false
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			switch f.GetName() {
+			case "skewgate_steering_state":
+				states[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+			case "skewgate_steering_lease_remaining_seconds":
+				lease = true
+			}
+		}
+	}
+	for _, s := range allStates {
+		if v, ok := states[string(s)]; !ok || v != 0 {
+			t.Errorf("skewgate_steering_state{state=%q} before steering is installed: present %t, value %g; want present at 0", s, ok, v)
+		}
+	}
+	if !lease {
+		t.Error("skewgate_steering_lease_remaining_seconds absent before steering is installed")
+	}
+}
+
 // Issue 44: every metric the agent registers has its row in
 // docs/metrics.md, with its type and labels, and every row under agent a
-// metric. And every series a panel or an alert reads exists from start-up
-// at 0 (Prometheus' instrumentation guide: avoid missing metrics): the
-// steering lookups by every reason the kernel counts (held included), the
-// resets, every steering state and mode.
+// metric.
 func TestMetricsDocumented(t *testing.T) {
 	reg, fams := startedNode(t)
 	ms, err := docs.Described("agent", reg.Collectors, fams)
@@ -56,7 +84,15 @@ func TestMetricsDocumented(t *testing.T) {
 	if len(problems) > 0 {
 		t.Errorf("docs/metrics.md and agent disagree:\n%s", strings.Join(problems, "\n"))
 	}
+}
 
+// Issue 44, as proxy's TestSeriesFromTheStart: every series a panel or an
+// alert reads exists from start-up, at 0 (Prometheus' instrumentation
+// guide: avoid missing metrics) — the steering lookups by every reason the
+// kernel counts (held included), the resets, every steering state and
+// mode.
+func TestSeriesFromTheStart(t *testing.T) {
+	_, fams := startedNode(t)
 	series := map[string]map[string]float64{} // name → label values → value
 	for _, f := range fams {
 		series[f.GetName()] = map[string]float64{}

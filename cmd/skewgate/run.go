@@ -256,7 +256,7 @@ func run(ctx context.Context, o *runOptions) error {
 		return err
 	}
 	defer node.Close()
-	go node.Engage(ctx, reg)
+	go node.Engage(ctx)
 	// After the node: connstat must see the first connections to every
 	// apiserver, which the probes open and HTTP/2 then keeps.
 	if err := p.Start(ctx); err != nil {
