@@ -10,8 +10,9 @@ import (
 )
 
 // TestDocsNamePanels holds the docs to the dashboard's panel titles: the
-// runbook and operations.md send an operator to "the Window panel" and to
-// the grace's panel, which did not exist (issue 44). Every panel has its
+// runbook and operations.md sent an operator to "the Window panel" and to
+// the grace "on the dashboard", which had no such panels (issue 44); the
+// README's alert table names panels too. Every panel has its
 // row in operations.md's panel-by-panel table (TCP heatmaps and Build
 // aside), every name the table or a bold panel reference gives is a
 // panel's title.
@@ -49,10 +50,10 @@ func TestDocsNamePanels(t *testing.T) {
 		}
 	}
 	bold := regexp.MustCompile(`\*\*([^*]+)\*\*`)
-	for _, doc := range []string{"../../docs/operations.md", "../../docs/runbook.md"} {
+	for _, doc := range []string{"../../docs/operations.md", "../../docs/runbook.md", "README.md"} {
 		text := string(readFile(t, doc))
 		var refs []string
-		for _, line := range regexp.MustCompile(`(?ms)^- Dashboard: .*?\n\n|\*\*[^*]+\*\*\s+panel`).FindAllString(text, -1) {
+		for _, line := range regexp.MustCompile(`(?ms)^- Dashboard: .*?\n\n|\*\*[^*]+\*\*(\s+and\s+\*\*[^*]+\*\*)?\s+panels?\b`).FindAllString(text, -1) {
 			for _, m := range bold.FindAllStringSubmatch(line, -1) {
 				refs = append(refs, strings.Join(strings.Fields(m[1]), " "))
 			}
