@@ -102,10 +102,15 @@ var (
 		nil, nil)
 )
 
-// modeCollector exports the mode, the window and the targets.
+// modeCollector exports the node's metrics: the mode, the window, the
+// targets, and steering's once installed. Before, every steering state
+// is there at 0 and the lease at 0, so that a panel or an alert reading
+// them has a series from start-up (the kernel's counters come with the
+// program).
 type modeCollector struct{ n *Node }
 
 func (c modeCollector) Describe(ch chan<- *prometheus.Desc) {
+	(*Steering)(nil).Describe(ch)
 	ch <- descSteeringMode
 	ch <- descSkewWindow
 	ch <- descSteeredTargets
@@ -132,7 +137,14 @@ func (c modeCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.n.st
 	c.n.mu.Unlock()
 	if st != nil {
+		st.Collect(ch)
 		ch <- prometheus.MustNewConstMetric(descSteeredTargets, prometheus.GaugeValue, float64(len(st.Targets())))
+	} else {
+		for _, name := range allStates {
+			ch <- prometheus.MustNewConstMetric(descSteeringState, prometheus.GaugeValue, 0, string(name))
+		}
+		ch <- prometheus.MustNewConstMetric(descSteeringLease, prometheus.GaugeValue, 0)
+		ch <- prometheus.MustNewConstMetric(descSteeredTargets, prometheus.GaugeValue, 0)
 	}
 	c.n.collectDirect(ch)
 }

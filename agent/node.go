@@ -299,8 +299,9 @@ func (n *Node) Close() {
 
 // Engage installs steering once Ready passes: a proxy that does not yet
 // know what every server serves would answer false 404s, so it gets no
-// connections until it does.
-func (n *Node) Engage(ctx context.Context, reg prometheus.Registerer) {
+// connections until it does. Its metrics are the node's collector's,
+// registered by Listen, from start-up.
+func (n *Node) Engage(ctx context.Context) {
 	defer n.engagedOnce.Do(func() { close(n.engaged) })
 	if !n.cfg.Steering {
 		return
@@ -337,7 +338,6 @@ func (n *Node) Engage(ctx context.Context, reg prometheus.Registerer) {
 		n.cfg.Log.Error("steering not installed", "err", err)
 		return
 	}
-	reg.MustRegister(st)
 	n.mu.Lock()
 	n.st = st
 	n.mu.Unlock()

@@ -53,6 +53,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// register registers every metric the proxy exports with reg, in one
+// place (docs/metrics.md lists them; TestMetricsDocumented holds the two
+// together): membership's and the certificates' collectors, the load's
+// gauges and the request metrics, which it returns.
+func register(reg prometheus.Registerer, members, certs prometheus.Collector, load *Load) *Metrics {
+	reg.MustRegister(members, certs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_client_connections", Help: "Client connections open to skewgate's listener."},
+			func() float64 { return float64(load.Conns()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_shedding", Help: "1 while skewgate sheds load by failing open (steering withdrawn, steered connections handed back): near --max-connections or its soft memory limit."},
+			func() float64 {
+				if load.shedding.Load() {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "skewgate_shedding_episodes_total", Help: "Times skewgate began shedding load: an episode shorter than a scrape interval shows here, not in skewgate_shedding."},
+			func() float64 { return float64(load.Episodes()) }))
+	return NewMetrics(reg)
+}
+
 // Label values of skewgate_handback_connections_total (how) and
 // skewgate_merged_discovery_requests_total (result).
 const (

@@ -156,22 +156,10 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 	if cfg.StateFile != "" {
 		p.Members.KeepState(ctx, cfg.StateFile, cfg.Log)
 	}
-	reg.MustRegister(p.Members, certs)
 	p.Load = &Load{MaxConns: cfg.MaxConns}
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_client_connections", Help: "Client connections open to skewgate's listener."},
-			func() float64 { return float64(p.Load.Conns()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_shedding", Help: "1 while skewgate sheds load by failing open (steering withdrawn, steered connections handed back): near --max-connections or its soft memory limit."},
-			func() float64 {
-				if p.Load.shedding.Load() {
-					return 1
-				}
-				return 0
-			}),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "skewgate_shedding_episodes_total", Help: "Times skewgate began shedding load: an episode shorter than a scrape interval shows here, not in skewgate_shedding."},
-			func() float64 { return float64(p.Load.Episodes()) }))
+	metrics := register(reg, p.Members, certs, p.Load)
 	rh := RequestHeader{CA: certs.RequestHeaderCA, AllowedNames: cfg.RequestHeaderAllowedNames, Names: cfg.HeaderNames, Self: p.trust.ClientCert}
-	p.handler = NewHandler(p.Members, certs.ClientCA, rh, NewMetrics(reg))
+	p.handler = NewHandler(p.Members, certs.ClientCA, rh, metrics)
 	return p, nil
 }
 

@@ -212,13 +212,20 @@ func (o *runOptions) resolveLocal() []error {
 	return nil
 }
 
+// registerProcess registers what the command exports itself: Go's and the
+// process's collectors and skewgate_build_info. The proxy and the agent
+// register theirs; docs/metrics.md lists all of them.
+func registerProcess(reg prometheus.Registerer) {
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
+}
+
 // run composes the two halves: the proxy (request side) and the agent's
 // node (kernel side), which meet only through the node's seams.
 func run(ctx context.Context, o *runOptions) error {
 	log := slog.Default()
 	tuneGC(log)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
+	registerProcess(reg)
 	o.proxy.UserAgent, o.proxy.Log = userAgent(), log
 	// A skewgate already running on the node (a rollout, or a deleted pod's
 	// replacement started beside it) hands its listening sockets over: no
@@ -249,7 +256,7 @@ func run(ctx context.Context, o *runOptions) error {
 		return err
 	}
 	defer node.Close()
-	go node.Engage(ctx, reg)
+	go node.Engage(ctx)
 	// After the node: connstat must see the first connections to every
 	// apiserver, which the probes open and HTTP/2 then keeps.
 	if err := p.Start(ctx); err != nil {

@@ -56,7 +56,7 @@ func WritePanels(path string, r *Result) error {
 
 // keyPanels prefers the panels an operator reads first during the window.
 func keyPanels(names []string, n int) []string {
-	prefer := []string{"Route mix", "Requests routed to peers", "503 answers", "Server health", "Request latency by server A", "Steering state"}
+	prefer := []string{"Window A", "Requests routed to peers", "skewgate's own 429s and 503s", "Steering: mode and state", "Hand-over and hand-back", "Route mix"}
 	rank := func(s string) int {
 		for i, p := range prefer {
 			if strings.HasPrefix(s, p) {

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,15 @@ var (
 	graceOverrideDesc = prometheus.NewDesc("skewgate_rollback_grace_override_timestamp_seconds",
 		"The cluster's override of the rollback grace (kube-system/skewgate, rollback-grace-until; Unix time): every grace that began before it ends then (in discovery; its 503s one discovery settle later). Absent when not set.",
 		nil, nil)
+	windowCauseDesc = prometheus.NewDesc("skewgate_skew_window_cause",
+		"1 for each cause that keeps the skew window open now: upgrade_signal (a node's apiserver upgrade has begun), versions (the members' versions differ), built_in_types (what their binaries serve differs), hold (the hold time after the last of those), grace (a rollback grace that outlasts the hold); 0 for the others. Every cause 0: the window is closed.",
+		[]string{"cause"}, nil)
+	windowSinceDesc = prometheus.NewDesc("skewgate_skew_window_opened_timestamp_seconds",
+		"When the open skew window opened (Unix time); 0 while it is closed.",
+		nil, nil)
+	windowUntilDesc = prometheus.NewDesc("skewgate_skew_window_until_timestamp_seconds",
+		"When the open skew window closes if the members keep agreeing (Unix time: the hold's end, or a rollback grace's); 0 while they differ or the window is closed.",
+		nil, nil)
 	discoveryOKDesc = prometheus.NewDesc("skewgate_server_discovery_ok",
 		"Whether the last discovery fetch from the apiserver succeeded (1) or failed, last-known-good kept (0).",
 		[]string{"server"}, nil)
@@ -40,7 +50,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (m *Members) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{healthyDesc, latencyDesc, ageDesc, discoveryOKDesc, infoDesc, gvServersDesc, membersDesc, graceEndDesc, graceOverrideDesc} {
+	for _, d := range []*prometheus.Desc{healthyDesc, latencyDesc, ageDesc, discoveryOKDesc, infoDesc, gvServersDesc, membersDesc, graceEndDesc, graceOverrideDesc, windowCauseDesc, windowSinceDesc, windowUntilDesc} {
 		ch <- d
 	}
 }
@@ -65,7 +75,26 @@ func (m *Members) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	m.collectSkew(ch)
+	m.collectWindow(ch)
 	m.collectGrace(ch)
+}
+
+// collectWindow exports the window's causes, each from start-up (a panel
+// and an alert read them before the first upgrade), and its bounds.
+func (m *Members) collectWindow(ch chan<- prometheus.Metric) {
+	w := m.Window()
+	for _, c := range WindowCauses {
+		ch <- prometheus.MustNewConstMetric(windowCauseDesc, prometheus.GaugeValue, boolValue(slices.Contains(w.Causes, c)), c)
+	}
+	ch <- prometheus.MustNewConstMetric(windowSinceDesc, prometheus.GaugeValue, unixOrZero(w.Since))
+	ch <- prometheus.MustNewConstMetric(windowUntilDesc, prometheus.GaugeValue, unixOrZero(w.Until))
+}
+
+func unixOrZero(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.Unix())
 }
 
 // collectGrace exports each type the rollback grace holds, labelled from

@@ -47,6 +47,9 @@ type savedState struct {
 type savedWindow struct {
 	Reason string    `json:"reason"`
 	Last   time.Time `json:"last"`
+	// Since is when the window opened (zero in files of earlier builds):
+	// a restart does not move the dashboard's "since".
+	Since time.Time `json:"since,omitzero"`
 }
 
 type savedServer struct {
@@ -185,7 +188,7 @@ func (m *Members) Restore(path string) (int, error) {
 	if w := st.Window; w != nil {
 		m.skew.mu.Lock()
 		if w.Last.After(m.skew.last) {
-			m.skew.last, m.skew.reason = w.Last, w.Reason
+			m.skew.last, m.skew.reason, m.skew.since = w.Last, w.Reason, w.Since
 		}
 		m.skew.mu.Unlock()
 	}
@@ -204,7 +207,7 @@ func (m *Members) savedWindow() *savedWindow {
 	}
 	// Rounded up, so that the file is not rewritten at every read while
 	// the members differ: a restored hold lasts up to this much longer.
-	return &savedWindow{Reason: w.reason, Last: w.last.Truncate(stateResolution).Add(stateResolution)}
+	return &savedWindow{Reason: w.reason, Last: w.last.Truncate(stateResolution).Add(stateResolution), Since: w.since.Truncate(stateResolution)}
 }
 
 func (m *Members) restore(servers []savedServer, now time.Time) int {

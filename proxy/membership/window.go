@@ -35,7 +35,27 @@ type Window struct {
 	// Until is when the window closes if they keep agreeing; zero while
 	// they differ.
 	Until time.Time
+	// Since is when the open window opened; zero while closed.
+	Since time.Time
+	// Causes say what keeps it open, from WindowCauses: bounded, unlike
+	// Reason, so that a metric can carry them.
+	Causes []string
 }
+
+// What keeps a window open (Window.Causes, the cause label of
+// skewgate_skew_window_cause): an upgrade signal, the members' versions,
+// their built-in types, the hold time after the last of those, or a
+// rollback grace that outlasts the hold.
+const (
+	CauseUpgradeSignal = "upgrade_signal"
+	CauseVersions      = "versions"
+	CauseBuiltInTypes  = "built_in_types"
+	CauseHold          = "hold"
+	CauseGrace         = "grace"
+)
+
+// WindowCauses are every cause, in the order a metric exports them.
+var WindowCauses = []string{CauseUpgradeSignal, CauseVersions, CauseBuiltInTypes, CauseHold, CauseGrace}
 
 // skew is what one published table says about an upgrade.
 type skew struct {
@@ -55,6 +75,7 @@ type skewWatch struct {
 	servesSince time.Time // when cur.serves began
 	reason      string    // why the window is (or was last) open
 	last        time.Time // when a counted difference was last seen
+	since       time.Time // when the window last opened; zero while closed
 	open        bool      // the window as last reported, for logging changes
 	ready       bool      // the members were ready once: skew counts from then
 }
@@ -89,29 +110,42 @@ func (w *skewWatch) note(s skew, now time.Time) {
 // at is the window at now, given the upgrade signal's reason ("" when
 // off). It records a counted difference as seen at now.
 func (w *skewWatch) at(now time.Time, r windowRules, signal string) Window {
-	var why []string
+	out := w.window(now, r, signal)
+	switch {
+	case !out.Open:
+		w.since = time.Time{}
+	case w.since.IsZero():
+		w.since = now
+	}
+	out.Since = w.since
+	return out
+}
+
+// window is at's window, without when it opened.
+func (w *skewWatch) window(now time.Time, r windowRules, signal string) Window {
+	var why, causes []string
 	if signal != "" {
-		why = append(why, signal)
+		why, causes = append(why, signal), append(causes, CauseUpgradeSignal)
 	}
 	if w.cur.versions != "" {
-		why = append(why, w.cur.versions)
+		why, causes = append(why, w.cur.versions), append(causes, CauseVersions)
 	}
 	if w.cur.serves != "" && now.Sub(w.servesSince) >= r.debounce {
-		why = append(why, w.cur.serves)
+		why, causes = append(why, w.cur.serves), append(causes, CauseBuiltInTypes)
 	}
 	if len(why) > 0 {
 		w.reason, w.last = strings.Join(why, "; "), now
-		return Window{Open: true, Reason: w.reason}
+		return Window{Open: true, Reason: w.reason, Causes: causes}
 	}
 	if w.last.IsZero() {
 		return Window{Reason: w.reason}
 	}
-	until := w.last.Add(r.hold)
+	until, cause := w.last.Add(r.hold), CauseHold
 	if g := r.heldBy(until); g.After(until) {
-		until = g
+		until, cause = g, CauseGrace
 	}
 	if now.Before(until) {
-		return Window{Open: true, Reason: w.reason, Until: until}
+		return Window{Open: true, Reason: w.reason, Until: until, Causes: []string{cause}}
 	}
 	return Window{Reason: w.reason}
 }

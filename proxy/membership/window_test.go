@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -131,6 +132,8 @@ func TestWindowOpensForUpgradesOnly(t *testing.T) {
 		// its reason when open.
 		open   bool
 		reason string
+		// causes, if set, are the window's causes after the last step.
+		causes []string
 		// grace, if set, is a rollback grace holding a type from its
 		// start to its end (since the case began).
 		grace *[2]time.Duration
@@ -167,17 +170,17 @@ func TestWindowOpensForUpgradesOnly(t *testing.T) {
 		{name: "built-in types differ for longer than the debounce (a runtime-config change)",
 			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", lessBatch)}, ""},
 				{31 * time.Second, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", lessBatch)}, ""}},
-			open: true, reason: "built-in types differ: " + a + " lists batch/v1/"},
+			open: true, reason: "built-in types differ: " + a + " lists batch/v1/", causes: []string{CauseBuiltInTypes}},
 		{name: "an upgrade: the first server back on the new version",
 			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, ""},
 				{time.Second, []member{up(a, "v1.35.4", old), {id: b, version: "v1.35.4", caps: old}}, ""},
 				{10 * time.Second, []member{up(a, "v1.35.4", old), up(b, "v1.36.3", neu)}, ""}},
-			open: true, reason: "versions differ: v1.35.4 on " + a + "; v1.36.3 on " + b},
+			open: true, reason: "versions differ: v1.35.4 on " + a + "; v1.36.3 on " + b, causes: []string{CauseVersions}},
 		{name: "the upgrade done: open for the hold",
 			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.36.3", neu)}, ""},
 				{time.Minute, []member{up(a, "v1.36.3", neu), up(b, "v1.36.3", neu)}, ""},
 				{9 * time.Minute, []member{up(a, "v1.36.3", neu), up(b, "v1.36.3", neu)}, ""}},
-			open: true, reason: "versions differ"},
+			open: true, reason: "versions differ", causes: []string{CauseHold}},
 		{name: "the upgrade done: closed after the hold",
 			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.36.3", neu)}, ""},
 				{time.Minute, []member{up(a, "v1.36.3", neu), up(b, "v1.36.3", neu)}, ""},
@@ -191,12 +194,12 @@ func TestWindowOpensForUpgradesOnly(t *testing.T) {
 			open:  true, reason: "versions differ: v1.35.4 on " + a + "; v1.35.5 on " + b},
 		{name: "the node's upgrade signal, before any server stopped",
 			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, "node-a's manifest names v1.36.3"}},
-			open:  true, reason: "node-a's manifest names v1.36.3"},
+			open:  true, reason: "node-a's manifest names v1.36.3", causes: []string{CauseUpgradeSignal}},
 		{name: "a rollback's grace outlasts the hold (the operator extended it): open until it ends",
 			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.36.3", neu)}, ""},
 				{time.Minute, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, ""},
 				{11*time.Minute + time.Second, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, ""}},
-			open: true, reason: "versions differ", grace: &[2]time.Duration{time.Minute, 31 * time.Minute}},
+			open: true, reason: "versions differ", causes: []string{CauseGrace}, grace: &[2]time.Duration{time.Minute, 31 * time.Minute}},
 		{name: "a rollback's grace outlasts the hold: closed once it ends",
 			steps: []step{{0, []member{up(a, "v1.35.4", old), up(b, "v1.36.3", neu)}, ""},
 				{time.Minute, []member{up(a, "v1.35.4", old), up(b, "v1.35.4", old)}, ""},
@@ -230,6 +233,12 @@ func TestWindowOpensForUpgradesOnly(t *testing.T) {
 			}
 			if tc.open && !strings.Contains(got.Reason, tc.reason) {
 				t.Errorf("reason %q, want it to say %q", got.Reason, tc.reason)
+			}
+			if tc.causes != nil && !slices.Equal(got.Causes, tc.causes) {
+				t.Errorf("causes %v, want %v", got.Causes, tc.causes)
+			}
+			if got.Open != !got.Since.IsZero() || got.Open && (got.Since.Before(t0) || got.Since.After(t0.Add(tc.steps[len(tc.steps)-1].after))) {
+				t.Errorf("open=%t since %v: since must be set within the steps exactly while open", got.Open, got.Since)
 			}
 		})
 	}

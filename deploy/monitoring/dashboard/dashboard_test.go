@@ -3,6 +3,7 @@ package dashboard
 import (
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,17 +29,24 @@ func TestUpgradeWindowPanels(t *testing.T) {
 	want := map[string][]string{
 		"Route mix": {`sum by (route) (rate(skewgate_requests_total{cluster=~"$cluster", instance=~"$node"}[$__rate_interval]))`},
 		"Requests routed to peers (false 404s prevented)": {`route="peer", rule="4"`, `rule="3a"`},
-		"503 answers":            {`route="unavailable"`},
-		"Server health":          {`skewgate_server_healthy{cluster=~"$cluster", instance=~"$node", server=~"$server"}`},
-		"Probe latency":          {`skewgate_server_probe_latency_seconds{`},
-		"Discovery age":          {`skewgate_server_discovery_age_seconds{`},
-		"Version of each server": {`skewgate_server_info{`},
+		"Window":                                    {`skewgate_skew_window{cluster=~"$cluster", instance=~"$node"}`, `max by (cause) (skewgate_skew_window_cause{`},
+		"Window since and until":                    {`skewgate_skew_window_opened_timestamp_seconds{`, `skewgate_skew_window_until_timestamp_seconds{`},
+		"Steering: mode and state":                  {`skewgate_steering_mode{cluster=~"$cluster", instance=~"$node"} == 1`, `skewgate_steering_state{cluster=~"$cluster", instance=~"$node"} == 1`},
+		"skewgate's own 429s and 503s":              {`sum by (instance, code) (rate(skewgate_requests_total{cluster=~"$cluster", instance=~"$node", route="unavailable"}[$__rate_interval]))`},
+		"Rollback grace: end per type":              {`max by (group, version, resource) (skewgate_rollback_grace_end_timestamp_seconds{`},
+		"Hand-over and hand-back":                   {`skewgate_steering_reset_connections_total{`, `sum by (instance, how) (increase(skewgate_handback_connections_total{`, `skewgate_client_connections{`},
+		"Direct connections in a window":            {`skewgate_direct_connections{cluster=~"$cluster", instance=~"$node"}) and on (instance) (skewgate_skew_window{cluster=~"$cluster", instance=~"$node"} == 1)`},
+		"Held lookups (the hold)":                   {`skewgate_steering_lookups_total{cluster=~"$cluster", instance=~"$node", reason="held"}`},
+		"Shedding":                                  {`skewgate_shedding{`, `skewgate_shedding_episodes_total{`},
+		"Server health":                             {`skewgate_server_healthy{cluster=~"$cluster", instance=~"$node", server=~"$server"}`},
+		"Probe latency":                             {`skewgate_server_probe_latency_seconds{`},
+		"Discovery age":                             {`skewgate_server_discovery_age_seconds{`},
+		"Version of each server":                    {`skewgate_server_info{`},
 		"Group/versions not served by every member": {`skewgate_group_version_servers{cluster=~"$cluster", instance=~"$node"} < on (instance) group_left skewgate_members`},
 		"Request latency by server": {
 			`histogram_quantile(0.99, sum by (le, server) (rate(skewgate_request_duration_seconds_bucket{cluster=~"$cluster", instance=~"$node"}[$__rate_interval])))`,
 		},
 		"Peer RTT by server":       {`histogram_quantile(0.5, sum by (le, server) (rate(skewgate_tcp_srtt_seconds_bucket{cluster=~"$cluster", instance=~"$node", hop="proxy_to_peer"}[$__rate_interval])))`},
-		"Steering state":           {`skewgate_steering_state{`},
 		"Steering lease remaining": {`skewgate_steering_lease_remaining_seconds{`},
 		"Forward errors by kind":   {`sum by (instance, server, kind) (rate(skewgate_forward_errors_total{`},
 		"Build":                    {`skewgate_build_info{`},
@@ -68,6 +76,41 @@ func TestUpgradeWindowPanels(t *testing.T) {
 		if _, ok := want[panel]; !ok {
 			t.Errorf("panel %q is not pinned here: add what it must show", panel)
 		}
+	}
+}
+
+// TestTopRowAnswers keeps, in the first row, the panels that answer "is
+// skewgate helping, hurting, or idle, and why" during an upgrade (issue
+// 44): the operator reads them on one screen, without scrolling.
+func TestTopRowAnswers(t *testing.T) {
+	d, err := Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"Window", "Window since and until", "Steering: mode and state", // idle, and why
+		"Requests routed to peers (false 404s prevented)",              // helping
+		"skewgate's own 429s and 503s", "Rollback grace: end per type", // hurting, or holding on purpose
+		"Hand-over and hand-back", "Direct connections in a window", "Held lookups (the hold)", "Shedding",
+	}
+	var got []string
+	rows := 0
+	for _, p := range d.Panels {
+		if p.RowPanel != nil {
+			if rows++; rows > 1 {
+				break
+			}
+			continue
+		}
+		got = append(got, deref(p.Panel.Title))
+		// One screen: 24 grid units (720 px at 30 px a unit) under the
+		// row's title.
+		if pos := p.Panel.GridPos; pos == nil || pos.Y+pos.H > 1+24 {
+			t.Errorf("%s at %+v: below the first screen", deref(p.Panel.Title), pos)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the top row holds %q, want %q", got, want)
 	}
 }
 
