@@ -339,7 +339,7 @@ switchPolicy: {enabled: true, writers: [ops]}
 		}
 	}
 	for _, key := range []string{
-		"RoleBinding default/skewgate", "RoleBinding kube-system/skewgate",
+		"RoleBinding default/skewgate", "RoleBinding kube-system/skewgate", "RoleBinding skewgate/skewgate",
 		"ClusterRoleBinding <nil>/skewgate:auth-delegator",
 	} {
 		subj := as[rbacv1.RoleBinding](t, objs, key).Subjects

@@ -83,7 +83,7 @@ func wantSignal(t *testing.T, who string, a *agent, on bool, reason string) {
 
 func getLease(t *testing.T, client kubernetes.Interface, node string) (*coordinationv1.Lease, bool) {
 	t.Helper()
-	l, err := client.CoordinationV1().Leases(Namespace).Get(context.Background(), LeaseName(node), metav1.GetOptions{})
+	l, err := client.CoordinationV1().Leases(LeaseNamespace).Get(context.Background(), LeaseName(node), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, false
 	}
@@ -205,7 +205,7 @@ func TestOtherLeases(t *testing.T) {
 		now := metav1.NewMicroTime(time.Now())
 		secs := int32(3600)
 		lease := func(name, holder string) *coordinationv1.Lease {
-			return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: map[string]string{Label: "true"},
+			return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: LeaseNamespace, Labels: map[string]string{Label: "true"},
 				Annotations: map[string]string{AnnotationManifest: "v9.9.9", AnnotationRunning: "v1.36.3"}},
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, RenewTime: &now}}
 		}
@@ -294,7 +294,7 @@ func TestManifestReadOnItsEvent(t *testing.T) {
 	writeManifest(t, manifest, "registry.k8s.io/kube-apiserver:v1.36.3")
 	waitFor("the signal on", func() bool { on, _ := sig.Signal(); return on })
 	waitFor("node-a's lease written", func() bool {
-		_, err := client.CoordinationV1().Leases(Namespace).Get(ctx, LeaseName("node-a"), metav1.GetOptions{})
+		_, err := client.CoordinationV1().Leases(LeaseNamespace).Get(ctx, LeaseName("node-a"), metav1.GetOptions{})
 		return err == nil
 	})
 }
