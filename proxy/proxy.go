@@ -157,6 +157,7 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 		p.Members.KeepState(ctx, cfg.StateFile, cfg.Log)
 	}
 	reg.MustRegister(p.Members, certs)
+	p.Switch.register(reg)
 	p.Load = &Load{MaxConns: cfg.MaxConns}
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_client_connections", Help: "Client connections open to skewgate's listener."},
