@@ -49,7 +49,7 @@ type runOptions struct {
 }
 
 func newRunCmd() *cobra.Command {
-	o := &runOptions{bindAddress: "0.0.0.0", securePort: 16443, handOver: true, adminAddr: "127.0.0.1:16444", mode: string(agent.ModeAuto),
+	o := &runOptions{securePort: 16443, handOver: true, adminAddr: "127.0.0.1:16444", mode: string(agent.ModeAuto),
 		logging: logsapi.NewLoggingConfiguration()}
 	o.proxy = proxy.Config{RefreshInterval: 10 * time.Second, WindowHold: 10 * time.Minute, RollbackGrace: membership.DefaultGrace, RequestHeaderAllowedNames: []string{"front-proxy-client"},
 		StateFile: "/var/lib/skewgate/state.json", HeaderNames: proxy.DefaultHeaderNames(),
@@ -84,7 +84,8 @@ node's apiserver address are steered into it with eBPF, failing open.`,
 func (o *runOptions) flags() cliflag.NamedFlagSets {
 	var fss cliflag.NamedFlagSets
 	f := fss.FlagSet("serving")
-	f.StringVar(&o.bindAddress, "bind-address", o.bindAddress, "address the proxy listens on")
+	f.StringVar(&o.bindAddress, "bind-address", o.bindAddress, "address the proxy listens on (default: with --steering "+agent.LoopbackBoth+
+		", loopback on a socket steering delivers IPv4 and IPv6 connections into, so that clients reach it only through steering; without, 0.0.0.0, for a load balancer)")
 	f.IntVar(&o.securePort, "secure-port", o.securePort, "port the proxy listens on (TLS)")
 	f.StringVar(&o.proxy.Certs.TLSCert, "tls-cert-file", "", "serving certificate presented to clients: the apiserver's own (required)")
 	f.StringVar(&o.proxy.Certs.TLSKey, "tls-private-key-file", "", "key of --tls-cert-file (required)")
@@ -235,7 +236,7 @@ func run(ctx context.Context, o *runOptions) error {
 	}
 	o.node.Local, o.node.Ready, o.node.PeerAddrs, o.node.Probe, o.node.Log = p.LocalHost(), p.Members.Ready, p.Members.PeerAddrs, p.Probe, log
 	o.node.Mode, o.node.Window, o.node.Shed = steeringMode(p, agent.Mode(o.mode)), skewWindow(p), p.Load.Shedding
-	addr := net.JoinHostPort(o.bindAddress, strconv.Itoa(o.securePort))
+	addr := net.JoinHostPort(o.listenHost(), strconv.Itoa(o.securePort))
 	if o.node.Inherited, err = succ.Listen("proxy", addr); err != nil {
 		return fmt.Errorf("--bind-address/--secure-port: %w", err)
 	}
@@ -290,6 +291,19 @@ func run(ctx context.Context, o *runOptions) error {
 		<-sig.Done()
 	}
 	return err
+}
+
+// listenHost is --bind-address, or its default: with steering, where only
+// steering (and loopback) reaches the proxy; without, every address, where
+// a load balancer reaches it.
+func (o *runOptions) listenHost() string {
+	switch {
+	case o.bindAddress != "":
+		return o.bindAddress
+	case o.node.Steering:
+		return agent.LoopbackBoth
+	}
+	return "0.0.0.0"
 }
 
 // handOverSocket is where this skewgate offers its sockets to a successor
