@@ -25,7 +25,11 @@ No credential goes to a pod before it is proven skewgate's on a
 control-plane node: controlled by the DaemonSet skewgate (by UID) or the
 mirror pod of a static pod, on a node labelled
 node-role.kubernetes.io/control-plane (which no kubelet may set on itself),
-at one of that node's addresses; a row says why a pod is refused.
+at one of that node's addresses, whose listener presents an apiserver's
+certificate in the handshake (valid for kubernetes.default.svc, not a
+node's: a kubelet's serving certificate does not pass); a row says why a
+pod is refused. --insecure-skip-tls-verify skips the handshake's checks
+too.
 
 The user needs get on /debug/routes, /debug/explain and /metrics
 (ClusterRole skewgate-debug in deploy/kubernetes), list on pods and get on

@@ -34,8 +34,8 @@ func pod(name, ns, node, hostIP string, labels map[string]string, args ...string
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: DaemonSetName, UID: dsUID, Controller: &yes}}},
-		Spec:       corev1.PodSpec{NodeName: node, HostNetwork: true, Containers: []corev1.Container{{Name: "skewgate", Args: args}}},
-		Status:     corev1.PodStatus{HostIP: hostIP, Phase: corev1.PodRunning},
+		Spec:   corev1.PodSpec{NodeName: node, HostNetwork: true, Containers: []corev1.Container{{Name: "skewgate", Args: args}}},
+		Status: corev1.PodStatus{HostIP: hostIP, Phase: corev1.PodRunning},
 	}
 }
 
