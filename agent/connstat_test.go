@@ -12,11 +12,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// steeredProxyWithConnStat serves a greeting proxy in n, steers the node
-// address into it and counts its connections.
+// steeredProxyWithConnStat serves a greeting proxy in n on LoopbackBoth, as
+// skewgate run --steering listens (its accepted IPv4 connections are
+// AF_INET6 sockets with v4-mapped addresses: still each hop's), steers the
+// node address into it and counts its connections.
 func (n *node) steeredProxyWithConnStat(t *testing.T) *ConnStat {
 	t.Helper()
-	ln := listenIn(t, n.ns, proxyAddr)
+	ln := listenIn(t, n.ns, "["+LoopbackBoth+"]:16443")
 	serveGreeter(t, "proxy", ln)
 	waitState(t, startSteering(t, n.steeringConfig(), ln), StateSteering)
 	return startConnStat(t, ConnStatConfig{

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -232,23 +233,32 @@ func closeFDs(fds []int) {
 	}
 }
 
-// Take returns the inherited listener name if it listens on addr, and
-// hands it to the caller (a second Take of it returns nil). A listener on
-// another address (the flags changed in the rollout) is closed: bind anew.
-func (in *Inheritance) Take(name, addr string) *net.TCPListener {
+// Take returns the inherited listener name if it listens on addr's port,
+// and hands it to the caller (a second Take of it returns nil). A listener
+// on another port (the flags changed in the rollout) is closed: bind anew.
+// One on the same port but another address (a release that listened on
+// 0.0.0.0 before LoopbackBoth was the default) is kept, and moved says so:
+// the new address could not be bound beside the predecessor's listener
+// on the same port, and closing the inherited socket would close the
+// steered one under every client. The new address applies at the next
+// start without a predecessor.
+func (in *Inheritance) Take(name, addr string) (l *net.TCPListener, moved bool) {
 	if in == nil {
-		return nil
+		return nil, false
 	}
 	l, ok := in.listeners[name]
 	if !ok {
-		return nil
+		return nil, false
 	}
 	delete(in.listeners, name)
-	if !sameAddr(l.Addr(), addr) {
-		l.Close()
-		return nil
+	switch {
+	case sameAddr(l.Addr(), addr):
+		return l, false
+	case samePort(l.Addr(), addr):
+		return l, true
 	}
-	return l
+	l.Close()
+	return nil, false
 }
 
 // Names lists the listeners not taken yet.
@@ -277,6 +287,16 @@ func sameAddr(got net.Addr, addr string) bool {
 		return g.IP.IsUnspecified()
 	}
 	return want.IP.Equal(g.IP)
+}
+
+// samePort reports whether a listener on got has addr's port.
+func samePort(got net.Addr, addr string) bool {
+	g, ok := got.(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port == strconv.Itoa(g.Port)
 }
 
 // Release tells the predecessor that this process serves: it stops
@@ -364,7 +384,11 @@ func NewSuccession(path string, wait time.Duration, log *slog.Logger) (*Successi
 // Listen is the listener name on addr: the inherited one, or a new one
 // (NewListener). It is offered to the next successor.
 func (s *Succession) Listen(name, addr string) (*net.TCPListener, error) {
-	l := s.in.Take(name, addr)
+	l, moved := s.in.Take(name, addr)
+	if moved {
+		s.log.Warn("hand-over: the inherited listener is kept on its address, not the one asked for; that one applies at the next start without a predecessor",
+			"listener", name, "address", l.Addr().String(), "asked", addr)
+	}
 	if l == nil {
 		var err error
 		if l, err = NewListener(addr); err != nil {

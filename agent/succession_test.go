@@ -95,8 +95,19 @@ func TestSuccessionHandsTheSocketOver(t *testing.T) {
 	if err != nil || !succ.Inherited() {
 		t.Fatalf("second successor: inherited %v, %v", succ.Inherited(), err)
 	}
-	if l := succ.in.Take("proxy", "127.0.0.2:1"); l != nil {
-		t.Fatal("a listener on another address was taken")
+	if l, _ := succ.in.Take("proxy", "127.0.0.2:1"); l != nil {
+		t.Fatal("a listener on another port was taken")
+	}
+	succ.in.Close()
+	// On the same port but another address (the default moved from
+	// 0.0.0.0 to loopback): kept, said to have moved; binding the new
+	// address beside the predecessor's would fail.
+	succ, _ = NewSuccession(sock, 0, nil)
+	_, port, _ := net.SplitHostPort(addr)
+	if l, moved := succ.in.Take("proxy", net.JoinHostPort("127.0.0.2", port)); l == nil || !moved {
+		t.Fatalf("a listener on the same port, another address: %v, moved %t; want it kept", l, moved)
+	} else {
+		l.Close() // this process's copy; the predecessor's serves on
 	}
 	succ.in.Close()
 	succ, _ = NewSuccession(sock, 0, nil)

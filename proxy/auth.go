@@ -40,8 +40,9 @@ type Caller struct {
 }
 
 // callerAuth tells users, peers and everyone else apart as kube-apiserver's
-// requestheader and x509 authenticators do; requests with bearer tokens or
-// no credentials pass unauthenticated, for the apiserver to judge.
+// requestheader and x509 authenticators do; requests with bearer tokens
+// (in Authorization or a websocket subprotocol) or no credentials pass
+// unauthenticated, for the apiserver to judge.
 type callerAuth struct {
 	users    authenticator.Request
 	clientCA dynamiccertificates.CAContentProvider
@@ -106,12 +107,13 @@ var ErrUntrustedClient = errors.New("client certificate not trusted")
 // nowhere is an error (401) unless the request carries a token, which the
 // apiserver then judges (its union authenticator skips the certificate);
 // a verified certificate without a common name is anonymous, as there.
-func (a *callerAuth) authenticate(r *http.Request) (Caller, error) {
+// token: the request carries a token, well formed or not.
+func (a *callerAuth) authenticate(r *http.Request, token bool) (Caller, error) {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return Caller{}, nil
 	}
 	c, err := a.certificate(r)
-	if err != nil && r.Header.Get("Authorization") != "" {
+	if err != nil && token {
 		return Caller{}, nil
 	}
 	return c, err

@@ -56,6 +56,12 @@ type exchange struct {
 	req      route.Request
 	decision route.Decision
 	caller   Caller
+	// token is the bearer token the request carries, as an Authorization
+	// value (forward.Credential): in Authorization or a websocket bearer
+	// subprotocol; tokenErr a bearer subprotocol kube-apiserver refuses.
+	// Read once: every decision about a token caller reads these.
+	token    string
+	tokenErr error
 	// end, for a watch, ends its answer cleanly (forward.Request.End).
 	end <-chan struct{}
 	// marked: the request carries the peer-proxied mark. Every request
@@ -105,7 +111,7 @@ func (x *exchange) mayKnowRoute(r *http.Request, code int, server string) bool {
 	switch {
 	case x.caller.User != nil || x.caller.Peer || x.self:
 		return true
-	case r.Header.Get("Authorization") == "" || code == http.StatusUnauthorized:
+	case x.token == "" || code == http.StatusUnauthorized:
 		return false
 	case x.tokenAccepted:
 		return true
@@ -128,7 +134,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 		forward.AnswerProbe(w)
 		return
 	}
-	caller, err := h.auth.authenticate(r)
+	x.token, x.tokenErr = forward.Credential(r)
+	caller, err := h.auth.authenticate(r, x.hasToken())
 	if err != nil {
 		// The x509 detail stays in the log: a caller that cannot
 		// authenticate learns nothing of the CA, as with kube-apiserver.

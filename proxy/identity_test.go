@@ -203,7 +203,7 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 // failure.
 func review(w http.ResponseWriter, r *http.Request) {
 	switch r.Header.Get("Authorization") {
-	case "Bearer good":
+	case "Bearer good", "Bearer " + canaryToken:
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, goodReview)
 	case "Bearer busy":
@@ -215,6 +215,10 @@ func review(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusUnauthorized)
 	}
 }
+
+// canaryToken authenticates as "good" does; distinctive enough to be
+// looked for in every byte a peer stand-in received.
+const canaryToken = "canary-3f9d0c7b-token"
 
 // goodReview is the stand-in's SelfSubjectReview for the token "good": a
 // ServiceAccount's, as kube-apiserver answers it.

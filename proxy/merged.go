@@ -159,7 +159,7 @@ func (h *Handler) localAllows(w http.ResponseWriter, r *http.Request, x *exchang
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNotModified {
-		x.tokenAccepted = r.Header.Get("Authorization") != "" // taken, or it would have been a 401
+		x.tokenAccepted = x.token != "" // taken, or it would have been a 401
 		return true
 	}
 	x.decision = route.Decision{Route: route.Local, Rule: route.RuleNotResource, Servers: []string{local[0].ID}, Reason: "the local apiserver refused the caller"}

@@ -57,7 +57,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // place (docs/metrics.md lists them; TestMetricsDocumented holds the two
 // together): membership's and the certificates' collectors, the load's
 // gauges and the request metrics, which it returns.
-func register(reg prometheus.Registerer, members, certs prometheus.Collector, load *Load) *Metrics {
+func register(reg prometheus.Registerer, members, certs prometheus.Collector, load *Load, sw *SteeringSwitch) *Metrics {
+	sw.register(reg)
 	reg.MustRegister(members, certs,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_client_connections", Help: "Client connections open to skewgate's listener."},
 			func() float64 { return float64(load.Conns()) }),

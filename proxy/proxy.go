@@ -157,7 +157,7 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 		p.Members.KeepState(ctx, cfg.StateFile, cfg.Log)
 	}
 	p.Load = &Load{MaxConns: cfg.MaxConns}
-	metrics := register(reg, p.Members, certs, p.Load)
+	metrics := register(reg, p.Members, certs, p.Load, &p.Switch)
 	rh := RequestHeader{CA: certs.RequestHeaderCA, AllowedNames: cfg.RequestHeaderAllowedNames, Names: cfg.HeaderNames, Self: p.trust.ClientCert}
 	p.handler = NewHandler(p.Members, certs.ClientCA, rh, metrics)
 	return p, nil

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -56,6 +58,83 @@ var ValidModes = map[string]bool{"always": true, "auto": true, "off": true}
 // SteeringSwitch is the cluster's choice, as last read.
 type SteeringSwitch struct {
 	mode atomic.Pointer[string]
+	// seen is each key's value as last read (nil: absent; the map nil
+	// before the first read), to log and count every change of it.
+	seen    map[string]*string
+	changes *prometheus.CounterVec
+}
+
+// switchKeys are the keys of the switch skewgate reads.
+var switchKeys = []string{SwitchKey, GraceKey}
+
+// register adds skewgate_switch_changes_total to reg.
+func (s *SteeringSwitch) register(reg prometheus.Registerer) {
+	s.changes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "skewgate_switch_changes_total",
+		Help: "Changes of a key of the cluster switch kube-system/skewgate (set, changed or removed) this skewgate read: a write that moves every node."}, []string{"key"})
+	for _, k := range switchKeys {
+		s.changes.WithLabelValues(k)
+	}
+	reg.MustRegister(s.changes)
+}
+
+// note logs and counts every key of cm (nil: the ConfigMap is gone) whose
+// value differs from the last read. The first read is logged, not counted:
+// a restart of skewgate changes nothing in the cluster. Called by the
+// informer's handler only, one event at a time.
+func (s *SteeringSwitch) note(cm *corev1.ConfigMap, log *slog.Logger) {
+	first := s.seen == nil
+	if first {
+		s.seen = map[string]*string{}
+	}
+	for _, k := range switchKeys {
+		var now *string
+		if cm != nil {
+			if v, ok := cm.Data[k]; ok {
+				now = &v
+			}
+		}
+		prev := s.seen[k]
+		if !first && (prev == nil) == (now == nil) && (prev == nil || *prev == *now) {
+			continue
+		}
+		s.seen[k] = now
+		if first && now == nil {
+			continue
+		}
+		args := []any{"key", k, "from", valueOf(prev), "to", valueOf(now)}
+		if cm != nil {
+			args = append(args, "resourceVersion", cm.ResourceVersion, "manager", lastManager(cm))
+		}
+		if first {
+			log.Info("cluster switch kube-system/"+SwitchConfigMap+" read", args...)
+			continue
+		}
+		log.Info("cluster switch kube-system/"+SwitchConfigMap+" changed", args...)
+		if s.changes != nil {
+			s.changes.WithLabelValues(k).Inc()
+		}
+	}
+}
+
+// valueOf shows a value for the log: absent is not the empty string.
+func valueOf(v *string) string {
+	if v == nil {
+		return "(absent)"
+	}
+	return fmt.Sprintf("%q", *v)
+}
+
+// lastManager is the field manager of cm's latest write, as the
+// apiserver recorded it (kubectl's, a controller's): who changed it, as
+// far as the object tells; the audit log tells the user.
+func lastManager(cm *corev1.ConfigMap) string {
+	who, at := "", time.Time{}
+	for _, f := range cm.ManagedFields {
+		if f.Time != nil && !f.Time.Time.Before(at) {
+			who, at = f.Manager, f.Time.Time
+		}
+	}
+	return who
 }
 
 // Mode returns the mode the cluster's ConfigMap sets, and whether it sets
@@ -110,6 +189,7 @@ func (p *Proxy) watchSwitch(ctx context.Context, client kubernetes.Interface) {
 	log := func(msg string, args ...any) { p.cfg.Log.Info(msg, args...) }
 	set := func(obj any) {
 		cm, _ := obj.(*corev1.ConfigMap)
+		p.Switch.note(cm, p.cfg.Log)
 		p.Switch.set(cm, log)
 		p.setGraceOverride(cm)
 	}

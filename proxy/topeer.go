@@ -20,10 +20,15 @@ import (
 // certificate, exactly as a certificate caller's. The local apiserver is
 // the node's own: the token goes to it untouched.
 
+// hasToken reports whether the request carries a token, well formed or
+// not.
+func (x *exchange) hasToken() bool { return x.token != "" || x.tokenErr != nil }
+
 // bearer reports whether the caller presents a token skewgate did not
-// verify (no certificate user, not a peer).
-func (x *exchange) bearer(r *http.Request) bool {
-	return x.caller.User == nil && !x.caller.Peer && r.Header.Get("Authorization") != ""
+// verify (no certificate user, not a peer). A certificate user's token
+// the apiserver never reads: its x509 authenticator comes first.
+func (x *exchange) bearer() bool {
+	return x.caller.User == nil && !x.caller.Peer && x.hasToken()
 }
 
 // reviewToken makes sure a bearer caller's token was reviewed before its
@@ -31,10 +36,14 @@ func (x *exchange) bearer(r *http.Request) bool {
 // token the apiservers reject, and a reason-free 429 or 503 when none
 // could judge it — never the request with its token instead.
 func (h *Handler) reviewToken(w http.ResponseWriter, r *http.Request, x *exchange) bool {
-	if x.reviewed != nil || !x.bearer(r) {
+	if x.reviewed != nil || !x.bearer() {
 		return true
 	}
-	v := h.tokenVerdict(r.Context(), r.Header.Get("Authorization"))
+	if x.tokenErr != nil { // kube-apiserver's answer to it, wherever it went
+		reject(w, r, apierrors.NewUnauthorized("Unauthorized"))
+		return false
+	}
+	v := h.tokenVerdict(r.Context(), x.token)
 	switch {
 	case v.status == http.StatusCreated && v.user.User != nil:
 		x.reviewed, x.tokenAccepted = &v.user, true
@@ -51,10 +60,13 @@ func (h *Handler) reviewToken(w http.ResponseWriter, r *http.Request, x *exchang
 // local apiserver failed, which peers may take instead; false when no
 // apiserver could (the caller gets the local failure's 503).
 func (h *Handler) reviewedForFallback(r *http.Request, x *exchange) bool {
-	if x.reviewed != nil || !x.bearer(r) {
+	if x.reviewed != nil || !x.bearer() {
 		return true
 	}
-	v := h.tokenVerdict(r.Context(), r.Header.Get("Authorization"))
+	if x.tokenErr != nil {
+		return false
+	}
+	v := h.tokenVerdict(r.Context(), x.token)
 	if v.status != http.StatusCreated || v.user.User == nil {
 		return false
 	}
@@ -66,18 +78,16 @@ func (h *Handler) reviewedForFallback(r *http.Request, x *exchange) bool {
 // peer mark: a bearer caller as the user its token's review named (see
 // reviewToken, which must have run), anyone else as to the local server.
 // Whoever skewgate names, the apiserver authenticates by the front-proxy
-// certificate's headers first: an Authorization header beside them would
-// only hand the peer a credential, so it never goes.
+// certificate's headers first: a token beside them (Authorization, a
+// websocket bearer subprotocol) would only hand the peer a credential, so
+// none goes; forward refuses a request that still carries one.
 func (h *Handler) toPeers(x *exchange) forward.Identity {
 	c := x.caller
 	if x.reviewed != nil {
 		c = *x.reviewed
 	}
-	if c.User == nil {
-		return forward.Identity{Anonymous: true, Set: h.identity(c, true)}
-	}
-	return forward.Identity{Set: func(hdr http.Header) {
-		hdr.Del("Authorization")
+	return forward.Identity{Anonymous: c.User == nil, Set: func(hdr http.Header) {
+		forward.StripCredentials(hdr)
 		h.auth.setIdentity(hdr, c, true)
 	}}
 }

@@ -40,6 +40,20 @@ var peerAPIs = `{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.i
 	`"versions":[{"version":"v1alpha2","resources":[{"resource":"workloads","responseKind":{"group":"scheduling.k8s.io","version":"v1alpha2","kind":"Workload"},` +
 	`"scope":"Namespaced","singularResource":"workload","verbs":["create","delete","get","list","patch","update","watch"]}],"freshness":"Current"}]}]}`
 
+// peerCoreAPI is the stand-in's core/v1: configmaps, as the rig's local
+// server, and pods with their connect subresources, which the local
+// server does not serve: a pod's exec, attach and port-forward upgrades
+// route to the peer.
+var peerCoreAPI = `{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","metadata":{},"items":[{"metadata":{"creationTimestamp":null},` +
+	`"versions":[{"version":"v1","resources":[{"resource":"configmaps","responseKind":{"group":"","version":"v1","kind":"ConfigMap"},` +
+	`"scope":"Namespaced","singularResource":"configmap","verbs":["create","delete","get","list","patch","update","watch"]},` +
+	`{"resource":"pods","responseKind":{"group":"","version":"v1","kind":"Pod"},"scope":"Namespaced","singularResource":"pod",` +
+	`"verbs":["create","delete","get","list","patch","update","watch"],"subresources":[` +
+	`{"subresource":"exec","responseKind":{"group":"","version":"v1","kind":"PodExecOptions"},"verbs":["create","get"]},` +
+	`{"subresource":"attach","responseKind":{"group":"","version":"v1","kind":"PodAttachOptions"},"verbs":["create","get"]},` +
+	`{"subresource":"portforward","responseKind":{"group":"","version":"v1","kind":"PodPortForwardOptions"},"verbs":["create","get"]},` +
+	`{"subresource":"log","responseKind":{"group":"","version":"v1","kind":"Pod"},"verbs":["get"]}]}],"freshness":"Current"}]}]}`
+
 // newPeerStandIn serves with a certificate the rig's CA signs for leaf.
 func (rig *identityRig) newPeerStandIn(t *testing.T, leaf lab.Leaf) *peerStandIn {
 	t.Helper()
@@ -59,7 +73,7 @@ func (rig *identityRig) newPeerStandIn(t *testing.T, leaf lab.Leaf) *peerStandIn
 				io.WriteString(w, peerAPIs)
 				return
 			}
-			io.WriteString(w, discoveryDocs["/api"])
+			io.WriteString(w, peerCoreAPI)
 			return
 		}
 		if r.URL.Path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
@@ -68,6 +82,10 @@ func (rig *identityRig) newPeerStandIn(t *testing.T, leaf lab.Leaf) *peerStandIn
 		}
 		if r.Header.Get("Authorization") != "" {
 			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		if r.Header.Get("Upgrade") != "" { // answered like exec with a wrong container
+			http.Error(w, "container wrong is not valid", http.StatusBadRequest)
 			return
 		}
 		io.WriteString(w, "peer")

@@ -79,8 +79,8 @@ func (h *Handler) mayTell(w http.ResponseWriter, r *http.Request, x *exchange) b
 	if x.caller.User != nil || x.caller.Peer {
 		return true
 	}
-	if auth := r.Header.Get("Authorization"); auth != "" {
-		switch v := h.tokenVerdict(r.Context(), auth); v.status {
+	if x.token != "" {
+		switch v := h.tokenVerdict(r.Context(), x.token); v.status {
 		case http.StatusCreated:
 			x.tokenAccepted = true
 			return true

@@ -85,7 +85,7 @@ func TestConnectionVerdictExpires(t *testing.T) {
 	req := func() (Caller, error) {
 		r := httptest.NewRequest(http.MethodGet, "/api", nil).WithContext(conn)
 		r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}
-		return a.authenticate(r)
+		return a.authenticate(r, false)
 	}
 	if c, err := req(); err != nil || c.User.GetName() != "alice" {
 		t.Fatalf("a valid certificate: %v %v", c.User, err)
@@ -135,7 +135,7 @@ func TestConnectionVerdictEndsWithTheCA(t *testing.T) {
 	req := func() (Caller, error) {
 		r := httptest.NewRequest(http.MethodGet, "/api", nil).WithContext(conn)
 		r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}
-		return a.authenticate(r)
+		return a.authenticate(r, false)
 	}
 	if c, err := req(); err != nil || c.User.GetName() != "alice" {
 		t.Fatalf("a valid certificate: %v %v", c.User, err)
@@ -181,10 +181,7 @@ func TestCertificateAndTokenAsTheApiserver(t *testing.T) {
 	} {
 		r := httptest.NewRequest(http.MethodGet, "/api", nil).WithContext(withConnVerdict(context.Background(), nil))
 		r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{tc.cert}}
-		if tc.token {
-			r.Header.Set("Authorization", "Bearer abc")
-		}
-		c, err := a.authenticate(r)
+		c, err := a.authenticate(r, tc.token)
 		if (err != nil) != tc.fails || c.User != nil || c.Peer {
 			t.Errorf("%s: caller %+v err %v", tc.name, c, err)
 		}

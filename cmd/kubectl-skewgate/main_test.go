@@ -5,15 +5,18 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -44,7 +47,7 @@ func cluster(t *testing.T, pending bool) (kubeconfig string) {
 			Labels: map[string]string{"app.kubernetes.io/name": "skewgate"}}, Spec: corev1.PodSpec{NodeName: "node-c",
 			Containers: []corev1.Container{{Name: "skewgate", Args: []string{"run", "--secure-admin-address=$(NODE_IP):16444"}}}}})
 	}
-	cs := fake.NewClientset()
+	cs := fake.NewClientset(skewgateDaemonSet(), controlPlaneNode("node-a"), controlPlaneNode("node-b"), controlPlaneNode("node-c"))
 	for _, p := range objs {
 		if err := cs.Tracker().Add(p); err != nil {
 			t.Fatal(err)
@@ -77,14 +80,28 @@ current-context: x
 	return kubeconfig
 }
 
+// skewgateDaemonSet is kube-system/skewgate, whose pods skewgatePod makes.
+func skewgateDaemonSet() *appsv1.DaemonSet {
+	return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "skewgate", Namespace: "kube-system", UID: "d5e7"}}
+}
+
+// controlPlaneNode is a control-plane node at 127.0.0.1, where the stand-ins
+// listen.
+func controlPlaneNode(name string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{status.ControlPlaneLabel: ""}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}}}
+}
+
 // skewgatePod is the DaemonSet's pod on a node whose admin listener is srv.
 func skewgatePod(t *testing.T, name, node string, srv *httptest.Server) *corev1.Pod {
 	u, err := url.Parse(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
+	yes := true
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system", Labels: map[string]string{"app.kubernetes.io/name": "skewgate"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system", Labels: map[string]string{"app.kubernetes.io/name": "skewgate"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "skewgate", UID: "d5e7", Controller: &yes}}},
 		Spec: corev1.PodSpec{NodeName: node, HostNetwork: true, Containers: []corev1.Container{{Name: "skewgate",
 			Args: []string{"run", "--steering", "--secure-admin-address=$(NODE_IP):" + u.Port(), "--metrics-bind-address="}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, HostIP: u.Hostname()},
@@ -153,7 +170,7 @@ func TestDegraded(t *testing.T) {
 	srv := statustest.Serve(t, statustest.Node{Local: "198.18.0.1:6443", Version: "v0.1.0",
 		Steering: &admin.SteeringView{Layout: admin.SteeringLayout, State: "steering lapsed: probe failed", Mode: "auto"}, State: "lapsed"})
 	newClientset = func(rc *rest.Config) (kubernetes.Interface, error) {
-		return fake.NewClientset(skewgatePod(t, "skewgate-a", "node-a", srv)), nil
+		return fake.NewClientset(skewgatePod(t, "skewgate-a", "node-a", srv), skewgateDaemonSet(), controlPlaneNode("node-a")), nil
 	}
 	defer func() { newClientset = prev }()
 	code, out, errOut := run("--kubeconfig", kubeconfig)
@@ -196,5 +213,37 @@ func TestMetricNamesAreTheAgents(t *testing.T) {
 		if !slices.ContainsFunc(descs, func(d string) bool { return strings.Contains(d, want) }) {
 			t.Errorf("the agent describes no metric with %s:\n%s", want, strings.Join(descs, "\n"))
 		}
+	}
+}
+
+// Issue 41: a worker's kubelet can make a mirror pod in kube-system with
+// skewgate's label; kubectl skewgate sent it the operator's token (a
+// stand-in server received it). Now it is refused before any connection:
+// the stand-in gets no request at all, and the row says why.
+func TestNoTokenForAMirrorPod(t *testing.T) {
+	kubeconfig := cluster(t, false)
+	var hits atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.Error(w, "collected", http.StatusUnauthorized)
+	}))
+	t.Cleanup(srv.Close)
+	mirror := skewgatePod(t, "skewgate-worker-1", "worker-1", srv)
+	yes := true
+	mirror.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"}
+	mirror.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "worker-1", UID: "w", Controller: &yes}}
+	worker := controlPlaneNode("worker-1")
+	worker.Labels = map[string]string{"node-role.kubernetes.io/worker": ""}
+	prev := newClientset
+	newClientset = func(rc *rest.Config) (kubernetes.Interface, error) {
+		return fake.NewClientset(mirror, worker, skewgateDaemonSet()), nil
+	}
+	defer func() { newClientset = prev }()
+	code, out, errOut := run("--kubeconfig", kubeconfig)
+	if hits.Load() != 0 {
+		t.Errorf("the worker's mirror pod's server got %d requests, want none", hits.Load())
+	}
+	if code == 0 || !strings.Contains(out+errOut, "not a control-plane node") {
+		t.Errorf("exit %d, want a failure that says why:\n%s%s", code, out, errOut)
 	}
 }

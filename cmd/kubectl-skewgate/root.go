@@ -21,9 +21,19 @@ node's IP (kubeadm's apiserver certificate carries it), or the name given
 with --node-tls-server-name. --insecure-skip-tls-verify on the command line
 skips that verification; the kubeconfig's own setting does not.
 
+No credential goes to a pod before it is proven skewgate's on a
+control-plane node: controlled by the DaemonSet skewgate (by UID) or the
+mirror pod of a static pod, on a node labelled
+node-role.kubernetes.io/control-plane (which no kubelet may set on itself),
+at one of that node's addresses, whose listener presents an apiserver's
+certificate in the handshake (valid for kubernetes.default.svc, not a
+node's: a kubelet's serving certificate does not pass); a row says why a
+pod is refused. --insecure-skip-tls-verify skips the handshake's checks
+too.
+
 The user needs get on /debug/routes, /debug/explain and /metrics
-(ClusterRole skewgate-debug in deploy/kubernetes) and list on pods in the
-DaemonSet's namespace.
+(ClusterRole skewgate-debug in deploy/kubernetes), list on pods and get on
+the DaemonSet skewgate in its namespace, and get on nodes.
 
 Exit status: 0 every node answered and is well; 1 the pods could not be
 listed or some node did not answer (a row says why); 2 the command line is

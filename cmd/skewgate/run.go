@@ -49,7 +49,7 @@ type runOptions struct {
 }
 
 func newRunCmd() *cobra.Command {
-	o := &runOptions{bindAddress: "0.0.0.0", securePort: 16443, handOver: true, adminAddr: "127.0.0.1:16444", mode: string(agent.ModeAuto),
+	o := &runOptions{securePort: 16443, handOver: true, adminAddr: "127.0.0.1:16444", mode: string(agent.ModeAuto),
 		logging: logsapi.NewLoggingConfiguration()}
 	o.proxy = proxy.Config{RefreshInterval: 10 * time.Second, WindowHold: 10 * time.Minute, RollbackGrace: membership.DefaultGrace, RequestHeaderAllowedNames: []string{"front-proxy-client"},
 		StateFile: "/var/lib/skewgate/state.json", HeaderNames: proxy.DefaultHeaderNames(),
@@ -84,7 +84,8 @@ node's apiserver address are steered into it with eBPF, failing open.`,
 func (o *runOptions) flags() cliflag.NamedFlagSets {
 	var fss cliflag.NamedFlagSets
 	f := fss.FlagSet("serving")
-	f.StringVar(&o.bindAddress, "bind-address", o.bindAddress, "address the proxy listens on")
+	f.StringVar(&o.bindAddress, "bind-address", o.bindAddress, "address the proxy listens on (default: with --steering "+agent.LoopbackBoth+
+		", loopback on a socket steering delivers IPv4 and IPv6 connections into, so that clients reach it only through steering; without, 0.0.0.0, for a load balancer)")
 	f.IntVar(&o.securePort, "secure-port", o.securePort, "port the proxy listens on (TLS)")
 	f.StringVar(&o.proxy.Certs.TLSCert, "tls-cert-file", "", "serving certificate presented to clients: the apiserver's own (required)")
 	f.StringVar(&o.proxy.Certs.TLSKey, "tls-private-key-file", "", "key of --tls-cert-file (required)")
@@ -123,7 +124,7 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.DurationVar(&o.handOverWait, "handover-wait", 0, "on SIGTERM, how long to keep serving while waiting for a successor to take the listening sockets (--handover) before withdrawing steering; the DaemonSet, whose maxSurge starts a deleted pod's replacement beside it, sets 20s (0: withdraw at once)")
 	f.BoolVar(&o.node.ResetDirect, "steering-reset-direct", true, "when steering engages after a standby for an upgrade (a skew window opened, or the cluster switch armed it; not rule 3a alone), end the connections the apiserver accepted directly meanwhile once each is idle (nothing queued or unacknowledged, and the apiserver's answer the last data, 20 ms ago or more), paced, so their clients reconnect through skewgate; a quiet watch on one is cut and resumes from its resourceVersion")
 	f.StringVar(&o.proxy.APIServerManifest, "apiserver-manifest", o.proxy.APIServerManifest, "kube-apiserver static-pod manifest: when its image tag names another version than the local apiserver runs (kubeadm upgrade or rollback, before the kubelet restarts it), "+
-		"every node's skew window opens, through a Lease kube-system/skewgate-upgrade-<node> (a missing file: not a kubeadm node, logged once; empty: not watched)")
+		"every node's skew window opens, through a Lease skewgate/skewgate-upgrade-<node> (namespace skewgate, which the manifests create) (a missing file: not a kubeadm node, logged once; empty: not watched)")
 	f.BoolVar(&o.proxy.KubeadmAnnouncement, "kubeadm-announcement", true, "open every node's skew window as kubeadm announces an upgrade, before any apiserver stops: the Job kube-system/upgrade-health-check-<ms> that `kubeadm upgrade apply` (and `plan`) creates in its preflight, counted from its creation for 2 minutes while it exists (needs list and watch on jobs in kube-system; refused, the manifest and the Leases remain the signals)")
 	f.StringVar(&o.proxy.NodeName, "node-name", "", "this node's name, as the kubelet's: the holder of its upgrade Lease (default: the host name, lowercased)")
 	f.DurationVar(&o.proxy.WindowHold, "steering-window-hold", o.proxy.WindowHold, "how long a skew window stays open after the apiservers last differed (mode auto); longer while a rollback grace that began in the window holds a type")
@@ -243,7 +244,7 @@ func run(ctx context.Context, o *runOptions) error {
 	o.node.Local, o.node.Ready, o.node.PeerAddrs, o.node.Probe, o.node.Log = p.LocalHost(), p.Members.Ready, p.Members.PeerAddrs, p.Probe, log
 	o.node.Mode, o.node.Window, o.node.Shed = steeringMode(p, agent.Mode(o.mode)), skewWindow(p), p.Load.Shedding
 	o.node.Held = p.Members.Held
-	addr := net.JoinHostPort(o.bindAddress, strconv.Itoa(o.securePort))
+	addr := net.JoinHostPort(o.listenHost(), strconv.Itoa(o.securePort))
 	if o.node.Inherited, err = succ.Listen("proxy", addr); err != nil {
 		return fmt.Errorf("--bind-address/--secure-port: %w", err)
 	}
@@ -298,6 +299,19 @@ func run(ctx context.Context, o *runOptions) error {
 		<-sig.Done()
 	}
 	return err
+}
+
+// listenHost is --bind-address, or its default: with steering, where only
+// steering (and loopback) reaches the proxy; without, every address, where
+// a load balancer reaches it.
+func (o *runOptions) listenHost() string {
+	switch {
+	case o.bindAddress != "":
+		return o.bindAddress
+	case o.node.Steering:
+		return agent.LoopbackBoth
+	}
+	return "0.0.0.0"
 }
 
 // handOverSocket is where this skewgate offers its sockets to a successor

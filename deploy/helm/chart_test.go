@@ -197,7 +197,7 @@ func sortedKeys(o objects) []string {
 // TestLint: `helm lint --strict` passes with the defaults and with every
 // optional part on.
 func TestLint(t *testing.T) {
-	for _, set := range [][]string{nil, {"monitoring.enabled=true", "switchPolicy.enabled=true", "kubeconfig.enabled=true"}} {
+	for _, set := range [][]string{nil, {"monitoring.enabled=true", "switchPolicy.enabled=false", "kubeconfig.enabled=true"}} {
 		args := []string{"lint", "--strict", chart}
 		for _, s := range set {
 			args = append(args, "--set", s)
@@ -225,10 +225,17 @@ func TestMonitoringIsTheOverlay(t *testing.T) {
 	requireSame(t, render(t, "monitoring.enabled=true"), kustomize(t, "monitoring"))
 }
 
-// TestSwitchPolicyIsTheKustomization: switchPolicy.enabled adds
-// deploy/kubernetes/switch-policy's policy and binding to the base.
-func TestSwitchPolicyIsTheKustomization(t *testing.T) {
-	requireSame(t, render(t, "switchPolicy.enabled=true"), kustomize(t, ".", "switch-policy"))
+// TestSwitchPolicyOff: switchPolicy.enabled=false renders the base without
+// its switch policy and binding, and nothing else changes.
+func TestSwitchPolicyOff(t *testing.T) {
+	want := kustomize(t, ".")
+	for _, key := range []string{"ValidatingAdmissionPolicy <nil>/skewgate-switch-writers", "ValidatingAdmissionPolicyBinding <nil>/skewgate-switch-writers"} {
+		if _, ok := want[key]; !ok {
+			t.Fatalf("the base renders no %s", key)
+		}
+		delete(want, key)
+	}
+	requireSame(t, render(t, "switchPolicy.enabled=false"), want)
 }
 
 // TestChartVersion: the chart's appVersion, which tags the image by
@@ -339,7 +346,7 @@ switchPolicy: {enabled: true, writers: [ops]}
 		}
 	}
 	for _, key := range []string{
-		"RoleBinding default/skewgate", "RoleBinding kube-system/skewgate",
+		"RoleBinding default/skewgate", "RoleBinding kube-system/skewgate", "RoleBinding skewgate/skewgate",
 		"ClusterRoleBinding <nil>/skewgate:auth-delegator",
 	} {
 		subj := as[rbacv1.RoleBinding](t, objs, key).Subjects

@@ -25,21 +25,17 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
-// switchPolicy renders deploy/kubernetes/switch-policy as kubectl apply -k
-// would and returns its policy and binding.
+// switchPolicy renders the base as kubectl apply -k would and returns its
+// policy and binding.
 func switchPolicy(t *testing.T) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	t.Helper()
-	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "switch-policy")
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), ".")
 	if err != nil {
-		t.Fatalf("kustomize build switch-policy: %v", err)
+		t.Fatalf("kustomize build: %v", err)
 	}
 	var policy *admissionregistrationv1.ValidatingAdmissionPolicy
 	var binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	for _, r := range rm.Resources() {
-		data, err := r.AsYAML()
-		if err != nil {
-			t.Fatal(err)
-		}
 		var into any
 		switch r.GetKind() {
 		case "ValidatingAdmissionPolicy":
@@ -49,14 +45,18 @@ func switchPolicy(t *testing.T) (*admissionregistrationv1.ValidatingAdmissionPol
 			binding = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 			into = binding
 		default:
-			t.Fatalf("switch-policy renders a %s", r.GetKind())
+			continue
+		}
+		data, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
 		}
 		if err := yaml.UnmarshalStrict(data, into); err != nil {
 			t.Fatalf("%s: %v", r.GetKind(), err)
 		}
 	}
 	if policy == nil || binding == nil || policy.Spec.MatchConstraints == nil {
-		t.Fatal("switch-policy lacks the policy, its match constraints or its binding")
+		t.Fatal("the base lacks the switch policy, its match constraints or its binding")
 	}
 	defaultMatchResources(policy.Spec.MatchConstraints)
 	if binding.Spec.MatchResources != nil {
@@ -115,7 +115,8 @@ func compileSwitchPolicy(t *testing.T, p *admissionregistrationv1.ValidatingAdmi
 // matching and CEL evaluation: writes of kube-system/skewgate by anyone
 // outside the named groups are denied (cluster-autoscaler's ServiceAccount,
 // which may create ConfigMaps in kube-system, among them), the named
-// groups' are allowed, and no other ConfigMap is touched.
+// groups' are allowed with values skewgate takes and denied with any other,
+// and no other ConfigMap is touched.
 func TestSwitchPolicy(t *testing.T) {
 	policy, binding := switchPolicy(t)
 	if binding.Spec.PolicyName != policy.Name || !slices.Equal(binding.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
@@ -147,6 +148,7 @@ func TestSwitchPolicy(t *testing.T) {
 	member := func(group string) user.Info {
 		return &user.DefaultInfo{Name: "someone", Groups: []string{group, "system:authenticated"}}
 	}
+	op := member("skewgate:operators")
 	for _, tc := range []struct {
 		name      string
 		op        admission.Operation
@@ -154,18 +156,36 @@ func TestSwitchPolicy(t *testing.T) {
 		cm        string
 		who       user.Info
 		denied    bool
+		data      map[string]string // nil: steering off
 	}{
-		{"cluster-autoscaler creates the switch", admission.Create, "kube-system", "skewgate", autoscaler, true},
-		{"cluster-autoscaler turns it off", admission.Update, "kube-system", "skewgate", autoscaler, true},
-		{"cluster-autoscaler deletes it", admission.Delete, "kube-system", "skewgate", autoscaler, true},
-		{"a user without groups", admission.Create, "kube-system", "skewgate", &user.DefaultInfo{Name: "nobody"}, true},
-		{"system:masters", admission.Create, "kube-system", "skewgate", member("system:masters"), false},
-		{"kubeadm's admin.conf", admission.Update, "kube-system", "skewgate", member("kubeadm:cluster-admins"), false},
-		{"an operator", admission.Delete, "kube-system", "skewgate", member("skewgate:operators"), false},
-		{"cluster-autoscaler's own status ConfigMap", admission.Update, "kube-system", "cluster-autoscaler-status", autoscaler, false},
-		{"a ConfigMap named skewgate elsewhere", admission.Create, "default", "skewgate", autoscaler, false},
+		{"cluster-autoscaler creates the switch", admission.Create, "kube-system", "skewgate", autoscaler, true, nil},
+		{"cluster-autoscaler turns it off", admission.Update, "kube-system", "skewgate", autoscaler, true, nil},
+		{"cluster-autoscaler deletes it", admission.Delete, "kube-system", "skewgate", autoscaler, true, nil},
+		{"a user without groups", admission.Create, "kube-system", "skewgate", &user.DefaultInfo{Name: "nobody"}, true, nil},
+		{"system:masters", admission.Create, "kube-system", "skewgate", member("system:masters"), false, nil},
+		{"kubeadm's admin.conf", admission.Update, "kube-system", "skewgate", member("kubeadm:cluster-admins"), false, nil},
+		{"an operator", admission.Delete, "kube-system", "skewgate", member("skewgate:operators"), false, nil},
+		{"cluster-autoscaler's own status ConfigMap", admission.Update, "kube-system", "cluster-autoscaler-status", autoscaler, false, nil},
+		{"a ConfigMap named skewgate elsewhere", admission.Create, "default", "skewgate", autoscaler, false, nil},
+		{"an operator arms it", admission.Update, "kube-system", "skewgate", op, false, map[string]string{"steering": "always"}},
+		{"an operator, mode auto", admission.Create, "kube-system", "skewgate", op, false, map[string]string{"steering": "auto"}},
+		{"an operator, no data", admission.Create, "kube-system", "skewgate", op, false, map[string]string{}},
+		{"an operator ends the grace", admission.Update, "kube-system", "skewgate", op, false, map[string]string{"rollback-grace-until": "2026-03-01T03:04:05Z"}},
+		{"an operator, the grace with an offset and a fraction", admission.Update, "kube-system", "skewgate", op, false, map[string]string{"rollback-grace-until": "2026-03-01T04:04:05.5+01:00"}},
+		{"an operator removes the grace override", admission.Update, "kube-system", "skewgate", op, false, map[string]string{"steering": "off", "rollback-grace-until": ""}},
+		{"an operator, a mode skewgate ignores", admission.Update, "kube-system", "skewgate", op, true, map[string]string{"steering": "Off"}},
+		{"an operator, steering empty", admission.Update, "kube-system", "skewgate", op, true, map[string]string{"steering": ""}},
+		{"an operator, a key skewgate does not read", admission.Update, "kube-system", "skewgate", op, true, map[string]string{"steeering": "off"}},
+		{"an operator, the grace as a duration", admission.Update, "kube-system", "skewgate", op, true, map[string]string{"rollback-grace-until": "24h"}},
+		{"an operator, the grace as a verb", admission.Update, "kube-system", "skewgate", op, true, map[string]string{"rollback-grace-until": "end"}},
+		{"an operator, the grace on the 13th month", admission.Update, "kube-system", "skewgate", op, true, map[string]string{"rollback-grace-until": "2026-13-01T03:04:05Z"}},
+		{"system:masters, a bad value", admission.Update, "kube-system", "skewgate", member("system:masters"), true, map[string]string{"steering": "on"}},
 	} {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: tc.namespace, Name: tc.cm}, Data: map[string]string{"steering": "off"}}
+		data := tc.data
+		if data == nil {
+			data = map[string]string{"steering": "off"}
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: tc.namespace, Name: tc.cm}, Data: data}
 		var obj, old runtime.Object = cm, nil
 		switch tc.op {
 		case admission.Update:
@@ -201,8 +221,12 @@ func TestSwitchPolicy(t *testing.T) {
 			t.Errorf("%s: matched %v, denied %v %q; want denied %v", tc.name, matches, denied, denials, tc.denied)
 		}
 		for _, msg := range denials {
-			if !strings.Contains(msg, "skewgate:operators") || !strings.Contains(msg, "only members of") {
+			writer := tc.who.GetName() == "someone" // member(…)
+			if !writer && (!strings.Contains(msg, "skewgate:operators") || !strings.Contains(msg, "only members of")) {
 				t.Errorf("%s: the denial does not name who may write the switch: %q", tc.name, msg)
+			}
+			if writer && !strings.HasPrefix(msg, "kube-system/skewgate: ") {
+				t.Errorf("%s: the denial does not say what skewgate takes: %q", tc.name, msg)
 			}
 		}
 	}

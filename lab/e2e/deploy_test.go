@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -105,7 +107,7 @@ func TestDeployDryRun(t *testing.T) {
 	for _, o := range objs {
 		kinds = append(kinds, o.GetKind())
 	}
-	for _, want := range []string{"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Job"} {
+	for _, want := range []string{"Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Job"} {
 		if !slices.Contains(kinds, want) {
 			t.Fatalf("rendered %v: no %s", kinds, want)
 		}
@@ -115,8 +117,13 @@ func TestDeployDryRun(t *testing.T) {
 		t.Run(name+" "+n.Version, func(t *testing.T) {
 			cfg := restConfig(t, n.URL())
 			mapper := restMapper(t, cfg)
+			ensureNamespaces(t, cfg, objs) // a dry-run create needs its namespace
 			for _, o := range objs {
-				if err := dryRunCreate(context.Background(), cfg, mapper, o); err != nil {
+				err := dryRunCreate(context.Background(), cfg, mapper, o)
+				if o.GetKind() == "Namespace" && apierrors.IsAlreadyExists(err) {
+					continue // created for real just before, as it was rendered
+				}
+				if err != nil {
 					t.Errorf("%s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 				}
 			}
@@ -194,10 +201,62 @@ func checkSecureAdmin(t *testing.T, ds *unstructured.Unstructured) {
 	}
 }
 
-// TestDeployRBAC creates the base's ServiceAccount and RBAC on node-b for
-// real and acts as the ServiceAccount: what skewgate reads is allowed
-// (list and watch of the ConfigMap by a metadata.name field selector
-// included, which resourceNames permits), anything more is forbidden.
+// ensureNamespaces creates, for real, every Namespace among objs that does
+// not exist yet. They are never deleted: the lab runs no namespace
+// controller, so a deleted namespace would stay Terminating and refuse
+// every later create in it.
+func ensureNamespaces(t *testing.T, cfg *rest.Config, objs []*unstructured.Unstructured) {
+	t.Helper()
+	c := kubernetes.NewForConfigOrDie(cfg)
+	for _, o := range objs {
+		if o.GetKind() != "Namespace" {
+			continue
+		}
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.GetName(), Labels: o.GetLabels()}}
+		if _, err := c.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("create namespace %s: %v", o.GetName(), err)
+		}
+	}
+}
+
+// skewgateSA is who the base's ServiceAccount authenticates as.
+var skewgateSA = struct {
+	name   string
+	groups []string
+}{"system:serviceaccount:kube-system:skewgate", []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
+
+// access is one question to the authorizer about skewgate's ServiceAccount.
+type access struct {
+	verb, group, resource, namespace, name string
+}
+
+func (a access) String() string {
+	return strings.TrimSpace(fmt.Sprintf("%s %s.%s %s/%s", a.verb, a.resource, a.group, a.namespace, a.name))
+}
+
+// allowedFor asks the apiserver, with a SubjectAccessReview, whether
+// skewgate's ServiceAccount may do a.
+func allowedFor(ctx context.Context, c kubernetes.Interface, a access) (bool, string, error) {
+	r, err := c.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: skewgateSA.name, Groups: skewgateSA.groups,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: a.verb, Group: a.group, Resource: a.resource, Namespace: a.namespace, Name: a.name},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		return false, "", err
+	}
+	return r.Status.Allowed, r.Status.Reason, nil
+}
+
+// TestDeployRBAC creates the base's Namespace, ServiceAccount and RBAC on
+// node-b for real and asks the apiserver's authorizer, with
+// SubjectAccessReviews, what skewgate's ServiceAccount may do: everything
+// skewgate does (proxy/membership, proxy/cluster.go, proxy/steeringswitch.go,
+// proxy/upgrade, the admin listener's delegation) is allowed; writing the
+// controller-manager's, the scheduler's or an apiserver's Lease, creating
+// any Lease in kube-system, reading every ConfigMap or a Secret, writing
+// the switch, patching or deleting its leases wholesale are denied. It then
+// acts as the ServiceAccount (impersonated) for the reads and its
+// lease's life, and is refused the rest: the review and the request agree.
 func TestDeployRBAC(t *testing.T) {
 	ctx := context.Background()
 	cfg := restConfig(t, node(t, "node-b").URL())
@@ -206,9 +265,12 @@ func TestDeployRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range render(t, deployDir) {
-		if o.GetKind() == "DaemonSet" {
-			continue
+	objs := render(t, deployDir)
+	ensureNamespaces(t, cfg, objs)
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "DaemonSet", "Namespace", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			continue // TestSwitchPolicyOnALab applies the policy
 		}
 		gvk := o.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -221,11 +283,69 @@ func TestDeployRBAC(t *testing.T) {
 		}
 		t.Cleanup(func() { res.Delete(context.Background(), o.GetName(), metav1.DeleteOptions{}) })
 	}
+
+	admin := kubernetes.NewForConfigOrDie(cfg)
+	identity, err := admin.CoordinationV1().Leases("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "apiserver.kubernetes.io/identity=kube-apiserver"})
+	if err != nil || len(identity.Items) == 0 {
+		t.Fatalf("the apiservers' identity leases: %v (%d)", err, len(identity.Items))
+	}
+	apiserverLease := identity.Items[0].Name
+	ns, own := upgradesignal.LeaseNamespace, upgradesignal.LeaseName("node-a")
+	const lease, coord = "leases", "coordination.k8s.io"
+	var allowed, denied []access
+	for _, v := range []string{"get", "list", "watch", "create", "update", "delete"} {
+		allowed = append(allowed, access{v, coord, lease, ns, own})
+	}
+	allowed = append(allowed,
+		access{"create", coord, lease, ns, ""}, // a create names nothing the authorizer sees
+		access{"list", coord, lease, "kube-system", ""}, access{"watch", coord, lease, "kube-system", ""},
+		access{"get", "", "configmaps", "kube-system", "extension-apiserver-authentication"},
+		access{"list", "", "configmaps", "kube-system", "extension-apiserver-authentication"},
+		access{"watch", "", "configmaps", "kube-system", "extension-apiserver-authentication"},
+		access{"list", "", "configmaps", "kube-system", "skewgate"}, access{"watch", "", "configmaps", "kube-system", "skewgate"},
+		access{"list", "batch", "jobs", "kube-system", ""}, access{"watch", "batch", "jobs", "kube-system", ""},
+		access{"list", "discovery.k8s.io", "endpointslices", "default", ""}, access{"watch", "discovery.k8s.io", "endpointslices", "default", ""},
+		access{"create", "authentication.k8s.io", "tokenreviews", "", ""},
+		access{"create", "authorization.k8s.io", "subjectaccessreviews", "", ""},
+	)
+	for _, name := range []string{"kube-controller-manager", "kube-scheduler", apiserverLease} {
+		for _, v := range []string{"update", "patch", "delete"} {
+			denied = append(denied, access{v, coord, lease, "kube-system", name})
+		}
+	}
+	denied = append(denied,
+		access{"create", coord, lease, "kube-system", ""},
+		access{"get", coord, lease, "kube-system", "kube-controller-manager"},
+		access{"deletecollection", coord, lease, "kube-system", ""},
+		access{"patch", coord, lease, ns, own}, access{"deletecollection", coord, lease, ns, ""},
+		access{"list", coord, lease, "default", ""},
+		access{"list", "", "configmaps", "kube-system", ""}, access{"list", "", "configmaps", "", ""},
+		access{"get", "", "configmaps", "kube-system", "kube-root-ca.crt"},
+		access{"get", "", "configmaps", "kube-system", "skewgate"},
+		access{"create", "", "configmaps", "kube-system", ""},
+		access{"update", "", "configmaps", "kube-system", "skewgate"}, access{"delete", "", "configmaps", "kube-system", "skewgate"},
+		access{"get", "", "secrets", "kube-system", "any"}, access{"list", "", "secrets", "kube-system", ""}, access{"list", "", "secrets", "", ""},
+		access{"list", "", "secrets", ns, ""}, access{"create", "", "configmaps", ns, ""},
+		access{"get", "batch", "jobs", "kube-system", "upgrade-health-check"}, access{"list", "batch", "jobs", "default", ""},
+		access{"get", "discovery.k8s.io", "endpointslices", "default", "kubernetes"},
+		access{"delete", "discovery.k8s.io", "endpointslices", "default", "kubernetes"},
+	)
+	for _, a := range allowed {
+		if ok, reason, err := allowedFor(ctx, admin, a); err != nil || !ok {
+			t.Errorf("SubjectAccessReview %s: allowed %v (%s) %v, want allowed", a, ok, reason, err)
+		}
+	}
+	for _, a := range denied {
+		if ok, reason, err := allowedFor(ctx, admin, a); err != nil || ok {
+			t.Errorf("SubjectAccessReview %s: allowed %v (%s) %v, want denied", a, ok, reason, err)
+		}
+	}
+
 	sa := rest.CopyConfig(cfg)
-	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:kube-system:skewgate"}
+	sa.Impersonate = rest.ImpersonationConfig{UserName: skewgateSA.name, Groups: skewgateSA.groups}
 	c := kubernetes.NewForConfigOrDie(sa)
 	byName := metav1.ListOptions{FieldSelector: "metadata.name=extension-apiserver-authentication"}
-	allowed := map[string]func() error{
+	requests := map[string]func() error{
 		"list endpointslices in default": func() error {
 			_, err := c.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"})
 			return err
@@ -244,7 +364,8 @@ func TestDeployRBAC(t *testing.T) {
 			_, err := c.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
 			return err
 		},
-		"list it by name": func() error { _, err := c.CoreV1().ConfigMaps("kube-system").List(ctx, byName); return err },
+		"list it by name":  func() error { _, err := c.CoreV1().ConfigMaps("kube-system").List(ctx, byName); return err },
+		"watch it by name": func() error { return watchOnce(c.CoreV1().ConfigMaps("kube-system").Watch(ctx, byName)) },
 		// The secure admin listener's delegation (system:auth-delegator).
 		"create a tokenreview": func() error {
 			_, err := c.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: "not-a-token"}}, metav1.CreateOptions{})
@@ -255,11 +376,10 @@ func TestDeployRBAC(t *testing.T) {
 				User: "system:anonymous", NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "get"}}}, metav1.CreateOptions{})
 			return err
 		},
-		"watch it by name": func() error { return watchOnce(c.CoreV1().ConfigMaps("kube-system").Watch(ctx, byName)) },
 		// Its node's upgrade lease (proxy/upgrade), through its life:
-		// created, read, renewed, deleted.
+		// created, read, renewed, deleted; and every node's followed.
 		"write an upgrade lease": func() error {
-			leases := c.CoordinationV1().Leases("kube-system")
+			leases := c.CoordinationV1().Leases(ns)
 			l, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: upgradesignal.LeaseName("rbac-check"),
 				Labels: map[string]string{upgradesignal.Label: "true"}}}, metav1.CreateOptions{})
 			if err != nil {
@@ -273,6 +393,9 @@ func TestDeployRBAC(t *testing.T) {
 				return err
 			}
 			return leases.Delete(ctx, l.Name, metav1.DeleteOptions{})
+		},
+		"watch the upgrade leases": func() error {
+			return watchOnce(c.CoordinationV1().Leases(ns).Watch(ctx, metav1.ListOptions{LabelSelector: upgradesignal.Label + "=true"}))
 		},
 		// kubeadm's upgrade announcement (proxy/upgrade/announce.go):
 		// kube-system's Jobs, by no name (a prefix cannot be selected).
@@ -292,29 +415,20 @@ func TestDeployRBAC(t *testing.T) {
 			return watchOnce(c.CoreV1().ConfigMaps("kube-system").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=skewgate"}))
 		},
 	}
-	forbidden := map[string]func() error{
+	dryRun := metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}
+	refused := map[string]func() error{
+		"update an apiserver's identity lease": func() error {
+			l := identity.Items[0].DeepCopy()
+			_, err := c.CoordinationV1().Leases("kube-system").Update(ctx, l, dryRun)
+			return err
+		},
+		"create a lease in kube-system": func() error {
+			_, err := c.CoordinationV1().Leases("kube-system").Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kube-scheduler"}},
+				metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		},
 		"list every configmap in kube-system": func() error {
 			_, err := c.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{})
-			return err
-		},
-		"get another configmap": func() error {
-			_, err := c.CoreV1().ConfigMaps("kube-system").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
-			return err
-		},
-		"get an endpointslice": func() error {
-			_, err := c.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-			return err
-		},
-		"list leases in default": func() error {
-			_, err := c.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{})
-			return err
-		},
-		"list jobs in default": func() error {
-			_, err := c.BatchV1().Jobs("default").List(ctx, metav1.ListOptions{})
-			return err
-		},
-		"get a job in kube-system": func() error {
-			_, err := c.BatchV1().Jobs("kube-system").Get(ctx, "upgrade-health-check", metav1.GetOptions{})
 			return err
 		},
 		"list secrets": func() error { _, err := c.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); return err },
@@ -322,12 +436,12 @@ func TestDeployRBAC(t *testing.T) {
 			return c.DiscoveryV1().EndpointSlices("default").Delete(ctx, "kubernetes", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		},
 	}
-	for what, do := range allowed {
+	for what, do := range requests {
 		if err := do(); err != nil {
 			t.Errorf("%s: %v", what, err)
 		}
 	}
-	for what, do := range forbidden {
+	for what, do := range refused {
 		if err := do(); !apierrors.IsForbidden(err) {
 			t.Errorf("%s: %v, want forbidden", what, err)
 		}

@@ -388,7 +388,8 @@ func (c *certCache) get() (*tls.Certificate, error) {
 }
 
 // ErrTokenToPeer is a request to a peer that would have carried a bearer
-// token: it is not sent. A caller's token is for the apiservers that
+// token (in Authorization or a websocket bearer subprotocol): it is not
+// sent. A caller's token is for the apiservers that
 // authenticate it, the node's own first; to a peer a caller's request goes
 // with the identity an apiserver's review of the token returned, as
 // requestheader headers under the front-proxy certificate, as the in-tree
@@ -398,8 +399,8 @@ var ErrTokenToPeer = errors.New("a bearer token is never forwarded to a peer api
 
 // Do sends a copy of req (its path, query and headers) to the backend,
 // with setIdentity (if set) applied to the copy's headers last. It refuses
-// (ErrTokenToPeer) to send a peer a request that still carries an
-// Authorization header.
+// (ErrTokenToPeer) to send a peer a request that still carries a
+// credential (see StripCredentials).
 func (b *Backend) Do(req *http.Request, anonymous bool, setIdentity func(http.Header)) (*http.Response, error) {
 	return b.do(req, anonymous, setIdentity, false)
 }
@@ -419,7 +420,7 @@ func (b *Backend) do(req *http.Request, anonymous bool, setIdentity func(http.He
 // refusesToken reports whether a request with headers h may not go to b:
 // b is a peer, h carries a credential, and the request is no token review.
 func (b *Backend) refusesToken(h http.Header, review bool) bool {
-	return b.peer && !review && len(h.Values("Authorization")) > 0
+	return b.peer && !review && carriesCredential(h)
 }
 
 // IsPeer reports whether b is another node's apiserver (Trust.Peer).

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"math/big"
@@ -14,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -126,7 +128,8 @@ func TestPeerMustProveAnAPIServer(t *testing.T) {
 }
 
 // A request that still carries a bearer token never leaves for a peer, by
-// any path: forwarded (with failover), sent once, or spliced as an upgrade.
+// any path: forwarded (with failover), sent once, or spliced as an upgrade;
+// in Authorization or in a websocket bearer subprotocol, however spelled.
 // Only a token review may take it there.
 func TestBearerTokenNeverSentToAPeer(t *testing.T) {
 	ca := newTestCA(t)
@@ -134,39 +137,53 @@ func TestBearerTokenNeverSentToAPeer(t *testing.T) {
 	u, _ := url.Parse(srv.URL)
 	peer := NewBackend("peer", u, ca.trust(t, true))
 
-	w := httptest.NewRecorder()
-	r := httptest.NewRequest(http.MethodGet, "/apis/g/v/rs", nil)
-	r.Header.Set("Authorization", "Bearer secret")
-	Forward(w, r, Request{Candidates: []*Backend{peer, peer}, Idempotent: true, Anonymous: true})
-	if w.Code != http.StatusServiceUnavailable || hits.Load() != 0 {
-		t.Errorf("forwarded with a token: %d, %d requests reached the peer; want 503 and none", w.Code, hits.Load())
-	}
+	bearer := bearerProtocolPrefix + base64.RawURLEncoding.EncodeToString([]byte("secret"))
+	for _, form := range []struct {
+		name string
+		set  func(http.Header)
+	}{
+		{"Authorization", func(h http.Header) { h.Set("Authorization", "Bearer secret") }},
+		{"authorization, not canonical", func(h http.Header) { h["authorization"] = []string{"Bearer secret"} }},
+		{"a bearer subprotocol", func(h http.Header) { h.Set("Sec-WebSocket-Protocol", "v5.channel.k8s.io, "+bearer) }},
+		{"a bearer subprotocol on its own line, upper case", func(h http.Header) {
+			h["Sec-Websocket-Protocol"] = []string{"v5.channel.k8s.io", strings.ToUpper(bearer)}
+		}},
+	} {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, "/apis/g/v/rs", nil)
+		form.set(r.Header)
+		Forward(w, r, Request{Candidates: []*Backend{peer, peer}, Idempotent: true, Anonymous: true})
+		if w.Code != http.StatusServiceUnavailable || hits.Load() != 0 {
+			t.Errorf("%s, forwarded: %d, %d requests reached the peer; want 503 and none", form.name, w.Code, hits.Load())
+		}
 
-	w = httptest.NewRecorder()
-	r = httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n/pods/p/exec?command=ls", nil)
-	r.Header.Set("Authorization", "Bearer secret")
-	r.Header.Set("Connection", "Upgrade")
-	r.Header.Set("Upgrade", "websocket")
-	Forward(w, r, Request{Candidates: []*Backend{peer}, Anonymous: true, LongRunning: true})
-	if w.Code != http.StatusServiceUnavailable || hits.Load() != 0 {
-		t.Errorf("an upgrade with a token: %d, %d requests reached the peer; want 503 and none", w.Code, hits.Load())
-	}
+		w = httptest.NewRecorder()
+		r = httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n/pods/p/exec?command=ls", nil)
+		form.set(r.Header)
+		r.Header.Set("Connection", "Upgrade")
+		r.Header.Set("Upgrade", "websocket")
+		Forward(w, r, Request{Candidates: []*Backend{peer}, Anonymous: true, LongRunning: true})
+		if w.Code != http.StatusServiceUnavailable || hits.Load() != 0 {
+			t.Errorf("%s, an upgrade: %d, %d requests reached the peer; want 503 and none", form.name, w.Code, hits.Load())
+		}
 
-	r = httptest.NewRequest(http.MethodGet, "/apis", nil)
-	r.Header.Set("Authorization", "Bearer secret")
-	if _, err := peer.Send(r, true, nil); !errors.Is(err, ErrTokenToPeer) || hits.Load() != 0 {
-		t.Errorf("sent once with a token: %v, %d requests reached the peer; want ErrTokenToPeer and none", err, hits.Load())
+		r = httptest.NewRequest(http.MethodGet, "/apis", nil)
+		form.set(r.Header)
+		if _, err := peer.Send(r, true, nil); !errors.Is(err, ErrTokenToPeer) || hits.Load() != 0 {
+			t.Errorf("%s, sent once: %v, %d requests reached the peer; want ErrTokenToPeer and none", form.name, err, hits.Load())
+		}
 	}
 	if _, ok := Blame(ErrTokenToPeer); ok {
 		t.Error("skewgate's own refusal blamed on the peer")
 	}
 
 	// The identity that replaces the token goes.
-	r = httptest.NewRequest(http.MethodGet, "/apis/g/v/rs", nil)
+	r := httptest.NewRequest(http.MethodGet, "/apis/g/v/rs", nil)
 	r.Header.Set("Authorization", "Bearer secret")
-	w = httptest.NewRecorder()
+	r.Header.Set("Sec-WebSocket-Protocol", bearer)
+	w := httptest.NewRecorder()
 	Forward(w, r, Request{Candidates: []*Backend{peer}, SetIdentity: func(h http.Header) {
-		h.Del("Authorization")
+		StripCredentials(h)
 		h.Set("X-Remote-User", "alice")
 	}})
 	if w.Code != http.StatusCreated || hits.Load() != 1 {

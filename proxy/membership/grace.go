@@ -28,9 +28,18 @@ const DefaultGrace = 5 * time.Minute
 // serves is absent at once (unless the cluster's override holds it).
 const NoGrace time.Duration = -1
 
+// MaxGraceOverride bounds the cluster's override: it ends a grace at most
+// this long after the grace began. Whoever may write the switch can hold
+// types at 503 on every node — a day covers a rollback that is being
+// worked on; a value left a year ahead must not hold a type for a year.
+// The start is the grace's own, kept in the state file, so a restart
+// neither lengthens nor shortens the bound.
+const MaxGraceOverride = 24 * time.Hour
+
 // SetGraceUntil sets the cluster's override (kube-system/skewgate, key
 // rollback-grace-until): every grace that began at or before until ends at
-// until, sooner or later than its own end; one that begins after it is the
+// until, sooner or later than its own end, but no later than
+// MaxGraceOverride after it began; one that begins after until is the
 // flag's. Zero removes the override.
 func (m *Members) SetGraceUntil(until time.Time) {
 	prev := m.graceUntil.Load()
@@ -57,10 +66,23 @@ func (m *Members) GraceUntil() (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// override is when the cluster's override ends a grace that began at
+// start, bounded by MaxGraceOverride; false when it does not apply.
+func (m *Members) override(start time.Time) (time.Time, bool) {
+	u := m.graceUntil.Load()
+	if u == nil || start.After(*u) {
+		return time.Time{}, false
+	}
+	if bound := start.Add(MaxGraceOverride); u.After(bound) {
+		return bound, true
+	}
+	return *u, true
+}
+
 // graceEnd is when a grace that began at start ends.
 func (m *Members) graceEnd(start time.Time) time.Time {
-	if u := m.graceUntil.Load(); u != nil && !start.After(*u) {
-		return *u
+	if u, ok := m.override(start); ok {
+		return u
 	}
 	return start.Add(max(m.cfg.Grace, 0))
 }
@@ -84,7 +106,7 @@ const DiscoverySettle = time.Minute
 // held: its end plus DiscoverySettle. No grace (--rollback-grace=0, no
 // override) holds nothing: absent at once means at once.
 func (m *Members) holdEnd(start time.Time) time.Time {
-	if u := m.graceUntil.Load(); u != nil && !start.After(*u) {
+	if u, ok := m.override(start); ok {
 		return u.Add(DiscoverySettle)
 	}
 	if m.cfg.Grace <= 0 {

@@ -41,6 +41,12 @@ type savedState struct {
 	// keeps steering until the hold ends, as its peers do, instead of
 	// handing its connections back minutes before theirs.
 	Window *savedWindow `json:"window,omitempty"`
+	// GraceUntil is the cluster's override of the graces
+	// (SetGraceUntil) as last read: restored before the cluster's switch
+	// is read again, so that a grace it holds past the flag's end is not
+	// dropped on the way (the graces above are restored only while they
+	// hold). The switch, once read, replaces it.
+	GraceUntil *time.Time `json:"graceUntil,omitempty"`
 }
 
 // savedWindow is when the members last differed, and how.
@@ -93,6 +99,7 @@ func (m *Members) SaveState(path string) error {
 	}
 	m.mu.Unlock()
 	st.Window = m.savedWindow()
+	st.GraceUntil = m.graceUntil.Load()
 	slices.SortFunc(st.Servers, func(a, b savedServer) int { return strings.Compare(a.URL, b.URL) })
 	data, err := json.Marshal(st)
 	if err != nil {
@@ -183,6 +190,9 @@ func (m *Members) Restore(path string) (int, error) {
 	}
 	if st.Version != stateVersion {
 		return 0, fmt.Errorf("state file %s: layout %d, this build reads %d", path, st.Version, stateVersion)
+	}
+	if st.GraceUntil != nil {
+		m.graceUntil.CompareAndSwap(nil, st.GraceUntil) // one already read from the cluster wins
 	}
 	n := m.restore(st.Servers, m.now())
 	if w := st.Window; w != nil {

@@ -280,6 +280,58 @@ func TestGraceOverride(t *testing.T) {
 	}
 }
 
+// The override holds a grace at most MaxGraceOverride after it began,
+// however far ahead it is set, and a restart of skewgate (the grace's start
+// restored from the state file) keeps that bound where it was.
+func TestGraceOverrideBounded(t *testing.T) {
+	clock := time.Now()
+	m := rolledBack(t, time.Minute, &clock)
+	rolledAt := clock
+	m.SetGraceUntil(rolledAt.Add(365 * 24 * time.Hour))
+	rule := func(m *Members) route.Rule { m.publish(); return route.Decide(workloads, m.Table(), false, "c").Rule }
+	clock = rolledAt.Add(MaxGraceOverride - time.Second)
+	if r := rule(m); r != route.RuleUnavailable || !listed(m) {
+		t.Errorf("within the bound: rule %s, listed %t; want 5, listed", r, listed(m))
+	}
+	if g := m.InGrace(); len(g) != 1 || !g[0].Listed.Equal(rolledAt.Add(MaxGraceOverride)) {
+		t.Errorf("in grace: %+v, want workloads listed until %v", g, rolledAt.Add(MaxGraceOverride))
+	}
+	path := filepath.Join(t.TempDir(), "state.json")
+	if err := m.SaveState(path); err != nil {
+		t.Fatal(err)
+	}
+	saved := clock
+	clock = rolledAt.Add(MaxGraceOverride + DiscoverySettle)
+	if r := rule(m); r != route.RuleNobody {
+		t.Errorf("a year's override, a day and the settle on: rule %s, want 6", r)
+	}
+
+	// Restarted within the bound: the grace's start comes back from the
+	// state file, and with it the bound.
+	clock = saved
+	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
+	next, err := New(Config{Local: u("127.0.0.1:6443"), Peers: []*url.URL{u("10.0.0.2:6443")}, Grace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.now = func() time.Time { return clock }
+	if _, err := next.Restore(path); err != nil {
+		t.Fatal(err)
+	}
+	if u, ok := next.GraceUntil(); !ok || !u.Equal(rolledAt.Add(365*24*time.Hour)) {
+		t.Errorf("the override restored: %v %t, want the saved one", u, ok)
+	}
+	healthy(next, next.localID, &discovery.Doc{}, clock)
+	healthy(next, "10.0.0.2:6443", &discovery.Doc{}, clock)
+	if r := rule(next); r != route.RuleUnavailable {
+		t.Errorf("restarted within the bound: rule %s, want 5", r)
+	}
+	clock = rolledAt.Add(MaxGraceOverride + DiscoverySettle)
+	if r := rule(next); r != route.RuleNobody {
+		t.Errorf("restarted, past the bound and the settle: rule %s, want 6", r)
+	}
+}
+
 // --rollback-grace=0: a rollback's types are absent at once.
 func TestNoGrace(t *testing.T) {
 	clock := time.Now()

@@ -2,7 +2,10 @@ package status
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,7 +13,10 @@ import (
 	"sync"
 	"time"
 
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
+
+	"github.com/skewgate/skewgate/proxy/forward"
 )
 
 // Options say how every node's admin listener is reached.
@@ -52,7 +58,41 @@ func (o Options) client(base string) (*http.Client, error) {
 	// --as would be dropped, the caller's own rights applied.
 	c.Impersonate = rest.ImpersonationConfig{}
 	c.Timeout = o.timeout()
-	return rest.HTTPClientFor(c)
+	if o.Insecure {
+		return rest.HTTPClientFor(c)
+	}
+	tlsCfg, err := rest.TLSConfigFor(c)
+	if err != nil {
+		return nil, err
+	}
+	tlsCfg.VerifyConnection = proveAPIServer(tlsCfg.RootCAs)
+	rt, err := rest.HTTPWrappersForConfig(c, utilnet.SetTransportDefaults(&http.Transport{TLSClientConfig: tlsCfg}))
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: rt, Timeout: c.Timeout}, nil
+}
+
+// proveAPIServer is a handshake's last check, before any credential is
+// sent: beyond the node's IP (or ServerName), the certificate must be an
+// apiserver's — valid for kubernetes.default.svc and not a node's
+// (forward.ProveAPIServer) — which only a control-plane node holds. A
+// kubelet's serving certificate, which the cluster CA signs for its node's
+// IP too, does not pass.
+func proveAPIServer(roots *x509.CertPool) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("no certificate presented")
+		}
+		opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool()}
+		for _, c := range cs.PeerCertificates[1:] {
+			opts.Intermediates.AddCert(c)
+		}
+		if err := forward.ProveAPIServer(cs.PeerCertificates[0], opts); err != nil {
+			return fmt.Errorf("%w: no credential sent", err)
+		}
+		return nil
+	}
 }
 
 func (o Options) timeout() time.Duration {

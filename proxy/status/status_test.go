@@ -3,13 +3,16 @@ package status_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"encoding/pem"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -272,6 +275,35 @@ func TestSteeringViewMissingOrOtherLayout(t *testing.T) {
 		na := c.Nodes[0]
 		if !slices.ContainsFunc(na.Problems, func(p string) bool { return strings.Contains(p, tc.want) }) || na.Mode != "" {
 			t.Errorf("steering view %+v: problems %q, mode %q; want a problem saying %q and nothing read", tc.steering, na.Problems, na.Mode, tc.want)
+		}
+	}
+}
+
+// A node's listener proves itself an apiserver's in the handshake, before
+// the operator's token is sent: a kubelet's serving certificate (which the
+// cluster CA signs for its node's IP) does not pass, even one that names
+// kubernetes.default.svc, nor a certificate for the IP alone. The server
+// gets no request.
+func TestNoTokenForANodesCertificate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cert tls.Certificate
+		want string
+	}{
+		{"a kubelet's, naming kubernetes.default.svc", statustest.SelfSigned(t, "system:node:worker-1", []string{"system:nodes"}, "kubernetes.default.svc"), "a node's certificate"},
+		{"one for the node's IP alone", statustest.SelfSigned(t, "worker-1", nil), "not an apiserver's certificate"},
+	} {
+		var hits atomic.Int32
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			http.Error(w, "collected", http.StatusUnauthorized)
+		}))
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{tc.cert}}
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		n := status.Gather(context.Background(), []status.Target{{Node: "node-a", URL: srv.URL}}, options(t, srv)).Nodes[0]
+		if hits.Load() != 0 || !strings.Contains(n.Error, tc.want) {
+			t.Errorf("%s: %d requests reached it, error %q; want none and %q", tc.name, hits.Load(), n.Error, tc.want)
 		}
 	}
 }

@@ -39,7 +39,7 @@ type announced struct {
 }
 
 func (a announced) reason() string {
-	return fmt.Sprintf("kubeadm upgrade announced: Job %s/%s (the preflight of kubeadm upgrade apply, or plan)", Namespace, a.name)
+	return fmt.Sprintf("kubeadm upgrade announced: Job %s/%s (the preflight of kubeadm upgrade apply, or plan)", metav1.NamespaceSystem, a.name)
 }
 
 // announcements are the health-check Jobs that count at now: each from

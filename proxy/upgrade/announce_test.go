@@ -38,7 +38,7 @@ func createJob(t *testing.T, client kubernetes.Interface, ns, name string) {
 
 func deleteJob(t *testing.T, client kubernetes.Interface, name string) {
 	t.Helper()
-	if err := client.BatchV1().Jobs(Namespace).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+	if err := client.BatchV1().Jobs(metav1.NamespaceSystem).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -60,12 +60,12 @@ func TestKubeadmAnnouncement(t *testing.T) {
 		defer a.halt()
 		synctest.Wait()
 
-		createJob(t, client, Namespace, "backup-29412345")
+		createJob(t, client, metav1.NamespaceSystem, "backup-29412345")
 		createJob(t, client, "default", "upgrade-health-check-1764698400000")
 		synctest.Wait()
 		wantSignal(t, "other Jobs", a, false, "")
 
-		createJob(t, client, Namespace, "upgrade-health-check-1764698400123")
+		createJob(t, client, metav1.NamespaceSystem, "upgrade-health-check-1764698400123")
 		synctest.Wait()
 		reason := "kubeadm upgrade announced: Job kube-system/upgrade-health-check-1764698400123 (the preflight of kubeadm upgrade apply, or plan)"
 		wantSignal(t, "node-a, the Job created", a, true, reason)
@@ -81,7 +81,7 @@ func TestKubeadmAnnouncement(t *testing.T) {
 		wantSignal(t, "node-a, the Job deleted", a, false, "")
 
 		// A Job kubeadm could not delete counts for AnnounceFor.
-		createJob(t, client, Namespace, "upgrade-health-check-1764698500000")
+		createJob(t, client, metav1.NamespaceSystem, "upgrade-health-check-1764698500000")
 		synctest.Wait()
 		wantSignal(t, "node-c, a second Job", c, true, "kubeadm upgrade announced: Job kube-system/upgrade-health-check-1764698500000 (the preflight of kubeadm upgrade apply, or plan)")
 		before := c.changes.Load()

@@ -11,12 +11,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// The Lease every node's agent keeps in kube-system while its own upgrade
-// is under way, so every other node's agent learns of it at once — before
-// the apiserver stops, which is the earliest any of them could.
+// The Lease every node's agent keeps while its own upgrade is under way, so
+// every other node's agent learns of it at once — before the apiserver
+// stops, which is the earliest any of them could.
 const (
-	// Namespace holds the leases, beside the apiservers' identity leases.
-	Namespace = metav1.NamespaceSystem
+	// LeaseNamespace holds the leases: skewgate's own, which the manifests
+	// create, so that its grant to write Leases reaches no one else's
+	// (kube-system holds the controller-manager's and scheduler's leader
+	// leases and the apiservers' identity leases; RBAC cannot limit create
+	// by name).
+	LeaseNamespace = "skewgate"
 	// LeasePrefix + the node's name is a node's lease.
 	LeasePrefix = "skewgate-upgrade-"
 	// Label marks the leases (value "true"); agents watch by it.
@@ -36,7 +40,7 @@ func lease(c Condition, duration time.Duration, now time.Time) *coordinationv1.L
 	renew := metav1.NewMicroTime(now)
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: LeaseName(c.Node), Namespace: Namespace,
+			Name: LeaseName(c.Node), Namespace: LeaseNamespace,
 			Labels:      map[string]string{Label: "true"},
 			Annotations: map[string]string{AnnotationRunning: c.Running, AnnotationManifest: c.Manifest},
 		},
@@ -47,18 +51,18 @@ func lease(c Condition, duration time.Duration, now time.Time) *coordinationv1.L
 // renew creates or updates c's lease, renewed at now. A conflict (another
 // writer between get and update) is returned: the next renewal retries.
 func renew(ctx context.Context, client kubernetes.Interface, c Condition, duration time.Duration, now time.Time) error {
-	leases := client.CoordinationV1().Leases(Namespace)
+	leases := client.CoordinationV1().Leases(LeaseNamespace)
 	want := lease(c, duration, now)
 	cur, err := leases.Get(ctx, want.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		want.Spec.AcquireTime = want.Spec.RenewTime
 		if _, err := leases.Create(ctx, want, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create lease %s/%s: %w", Namespace, want.Name, err)
+			return fmt.Errorf("create lease %s/%s: %w", LeaseNamespace, want.Name, err)
 		}
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("get lease %s/%s: %w", Namespace, want.Name, err)
+		return fmt.Errorf("get lease %s/%s: %w", LeaseNamespace, want.Name, err)
 	}
 	// AcquireTime says when this upgrade began: kept while it is the same
 	// one (the same versions), restarted for another.
@@ -71,16 +75,16 @@ func renew(ctx context.Context, client kubernetes.Interface, c Condition, durati
 	cur.Spec = want.Spec
 	cur.Spec.AcquireTime = acquired
 	if _, err := leases.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("update lease %s/%s: %w", Namespace, want.Name, err)
+		return fmt.Errorf("update lease %s/%s: %w", LeaseNamespace, want.Name, err)
 	}
 	return nil
 }
 
 // release deletes node's lease; one already gone is no error.
 func release(ctx context.Context, client kubernetes.Interface, node string) error {
-	err := client.CoordinationV1().Leases(Namespace).Delete(ctx, LeaseName(node), metav1.DeleteOptions{})
+	err := client.CoordinationV1().Leases(LeaseNamespace).Delete(ctx, LeaseName(node), metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete lease %s/%s: %w", Namespace, LeaseName(node), err)
+		return fmt.Errorf("delete lease %s/%s: %w", LeaseNamespace, LeaseName(node), err)
 	}
 	return nil
 }
@@ -103,7 +107,7 @@ func leaseCondition(l *coordinationv1.Lease) (c Condition, renewed time.Time, d 
 	return c, s.RenewTime.Time, min(time.Duration(*s.LeaseDurationSeconds)*time.Second, MaxLeaseFor), true
 }
 
-// bounded keeps a value anyone who may write leases in kube-system chose
+// bounded keeps a value anyone who may write leases in LeaseNamespace chose
 // from filling logs and the window's reason.
 func bounded(s string) string {
 	const max = 64

@@ -7,7 +7,7 @@
 // the new image the instant before the kubelet restarts the apiserver (a
 // rollback restores the old one): each agent watches its own node's and,
 // while it names another version than the apiserver runs, keeps a Lease
-// in kube-system fresh; every agent watches those Leases, so the manifest
+// in skewgate's namespace (LeaseNamespace) fresh; every agent watches those Leases, so the manifest
 // reaches every node within tens of milliseconds of the old apiserver's
 // SIGTERM (the kubeadm drill: 10 ms on the node, 70 ms on the others).
 package upgrade
@@ -297,14 +297,14 @@ func (s *Signal) poll(ctx context.Context, p *publisher) {
 // follow starts an informer on the agents' leases; it does not wait for
 // its sync: until then only this node's manifest counts.
 func (s *Signal) follow(ctx context.Context, client kubernetes.Interface) {
-	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace),
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(LeaseNamespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = Label + "=true" }))
 	inf := f.Coordination().V1().Leases()
 	changed := func(any) { s.changed() }
 	inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: changed,
 		UpdateFunc: func(_, obj any) { s.changed() }, DeleteFunc: changed})
 	s.mu.Lock()
-	s.leases = inf.Lister().Leases(Namespace)
+	s.leases = inf.Lister().Leases(LeaseNamespace)
 	s.mu.Unlock()
 	f.Start(ctx.Done())
 	context.AfterFunc(ctx, f.Shutdown)
@@ -318,7 +318,7 @@ func (s *Signal) follow(ctx context.Context, client kubernetes.Interface) {
 // listed (not by the leases' label), and the cache keeps its name and
 // creation only.
 func (s *Signal) followJobs(ctx context.Context, client kubernetes.Interface) {
-	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace))
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(metav1.NamespaceSystem))
 	inf := f.Batch().V1().Jobs()
 	changed := func(any) { s.changed() }
 	i := inf.Informer()
@@ -332,7 +332,7 @@ func (s *Signal) followJobs(ctx context.Context, client kubernetes.Interface) {
 	i.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: changed,
 		UpdateFunc: func(_, obj any) { s.changed() }, DeleteFunc: changed})
 	s.mu.Lock()
-	s.jobs = inf.Lister().Jobs(Namespace)
+	s.jobs = inf.Lister().Jobs(metav1.NamespaceSystem)
 	s.mu.Unlock()
 	f.Start(ctx.Done())
 	context.AfterFunc(ctx, f.Shutdown)

@@ -85,7 +85,7 @@ func wantSignal(t *testing.T, who string, a *agent, on bool, reason string) {
 
 func getLease(t *testing.T, client kubernetes.Interface, node string) (*coordinationv1.Lease, bool) {
 	t.Helper()
-	l, err := client.CoordinationV1().Leases(Namespace).Get(context.Background(), LeaseName(node), metav1.GetOptions{})
+	l, err := client.CoordinationV1().Leases(LeaseNamespace).Get(context.Background(), LeaseName(node), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, false
 	}
@@ -207,7 +207,7 @@ func TestOtherLeases(t *testing.T) {
 		now := metav1.NewMicroTime(time.Now())
 		secs := int32(3600)
 		lease := func(name, holder string) *coordinationv1.Lease {
-			return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: map[string]string{Label: "true"},
+			return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: LeaseNamespace, Labels: map[string]string{Label: "true"},
 				Annotations: map[string]string{AnnotationManifest: "v9.9.9", AnnotationRunning: "v1.36.3"}},
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, RenewTime: &now}}
 		}
@@ -296,7 +296,7 @@ func TestManifestReadOnItsEvent(t *testing.T) {
 	writeManifest(t, manifest, "registry.k8s.io/kube-apiserver:v1.36.3")
 	waitFor("the signal on", func() bool { on, _ := sig.Signal(); return on })
 	waitFor("node-a's lease written", func() bool {
-		_, err := client.CoordinationV1().Leases(Namespace).Get(ctx, LeaseName("node-a"), metav1.GetOptions{})
+		_, err := client.CoordinationV1().Leases(LeaseNamespace).Get(ctx, LeaseName("node-a"), metav1.GetOptions{})
 		return err == nil
 	})
 }
@@ -331,8 +331,8 @@ func TestLeaseRetriedSoon(t *testing.T) {
 	})
 }
 
-// TestForgedLeaseBounded: whoever may write Leases and Jobs in
-// kube-system holds every node's window no longer than an agent's lease
+// TestForgedLeaseBounded: whoever may write Leases in skewgate's
+// namespace and Jobs in kube-system holds every node's window no longer than an agent's lease
 // or kubeadm's Job would: a renewal dated 30 years ahead counts a minute
 // from when it was first seen, a duration of 34 years a minute from its
 // renewal, a Job dated an hour ahead two minutes from when it was first
@@ -342,7 +342,7 @@ func TestForgedLeaseBounded(t *testing.T) {
 		now := time.Now()
 		forged := func(holder string, renewed time.Time, secs int32) *coordinationv1.Lease {
 			rt := metav1.NewMicroTime(renewed)
-			return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName(holder), Namespace: Namespace, Labels: map[string]string{Label: "true"},
+			return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName(holder), Namespace: LeaseNamespace, Labels: map[string]string{Label: "true"},
 				Annotations: map[string]string{AnnotationManifest: "v1.36.3", AnnotationRunning: "v1.35.4"}},
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, RenewTime: &rt}}
 		}
@@ -355,9 +355,9 @@ func TestForgedLeaseBounded(t *testing.T) {
 		c := startAgentWith(t, client, Config{Node: "node-c", Announcements: true}, "", "")
 		defer c.halt()
 		synctest.Wait()
-		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "upgrade-health-check-1764698400123", Namespace: Namespace,
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "upgrade-health-check-1764698400123", Namespace: metav1.NamespaceSystem,
 			CreationTimestamp: metav1.NewTime(now.Add(time.Hour))}}
-		if _, err := client.BatchV1().Jobs(Namespace).Create(context.Background(), job, metav1.CreateOptions{}); err != nil {
+		if _, err := client.BatchV1().Jobs(metav1.NamespaceSystem).Create(context.Background(), job, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/lab/labtest"
+	upgradesignal "github.com/skewgate/skewgate/proxy/upgrade"
 )
 
 // staticUser is the static pod's identity toward the cluster: a kubeadm
@@ -112,14 +113,15 @@ func waitVersion(t *testing.T, n lab.Node, version string, timeout time.Duration
 }
 
 // bindStaticUser binds the base's Roles (list and watch of the apiservers'
-// addresses, the identity header ConfigMap) and system:auth-delegator to
-// the static pod's user, as docs/deploy.md tells operators to.
+// addresses, the identity header ConfigMap, the upgrade leases in
+// skewgate's namespace) and system:auth-delegator to the static pod's
+// user, as docs/deploy.md tells operators to.
 func bindStaticUser(t *testing.T, c kubernetes.Interface) {
 	t.Helper()
 	ctx := context.Background()
 	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: staticUser, APIGroup: rbacv1.GroupName}}
 	meta := metav1.ObjectMeta{Name: "skewgate-static"}
-	for _, ns := range []string{"default", "kube-system"} {
+	for _, ns := range []string{"default", "kube-system", upgradesignal.LeaseNamespace} {
 		rb := &rbacv1.RoleBinding{ObjectMeta: meta, Subjects: subject, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "skewgate"}}
 		if _, err := c.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)

@@ -4,10 +4,19 @@ package statustest
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,6 +49,41 @@ type Node struct {
 	Healthy bool
 	Window  *admin.WindowView
 	Grace   []membership.GraceType
+	// Cert is the serving certificate (nil: APIServerCert's).
+	Cert *tls.Certificate
+}
+
+// SelfSigned is a self-signed certificate, its own CA, for cn and orgs,
+// valid for 127.0.0.1, ::1 and dns.
+func SelfSigned(t testing.TB, cn string, orgs []string, dns ...string) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn, Organization: orgs},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, DNSNames: dns, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+var (
+	apiserverOnce sync.Once
+	apiserverCert tls.Certificate
+)
+
+// APIServerCert is the certificate every Node serves unless it names its
+// own: an apiserver's, valid for kubernetes.default.svc (and example.com,
+// 127.0.0.1), and its own CA, so that one node's certificate verifies
+// every node's.
+func APIServerCert(t testing.TB) tls.Certificate {
+	apiserverOnce.Do(func() { apiserverCert = SelfSigned(t, "kube-apiserver", nil, "example.com", "kubernetes.default.svc") })
+	return apiserverCert
 }
 
 // Serve serves n over TLS (a certificate for 127.0.0.1 and example.com)
@@ -74,7 +118,7 @@ func Serve(t *testing.T, n Node) *httptest.Server {
 	}
 	steering := n.Steering
 	h := admin.Handler(m, reg, admin.Options{Version: n.Version, Steering: func() *admin.SteeringView { return steering }})
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+Token {
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			return
@@ -85,6 +129,12 @@ func Serve(t *testing.T, n Node) *httptest.Server {
 		}
 		h.ServeHTTP(w, r)
 	}))
+	cert := APIServerCert(t)
+	if n.Cert != nil {
+		cert = *n.Cert
+	}
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	return srv
 }
