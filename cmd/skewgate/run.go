@@ -168,11 +168,9 @@ func (o *runOptions) validate() error {
 	if _, err := agent.ParseMode(o.mode); err != nil {
 		errs = append(errs, fmt.Errorf("--steering-mode: %w", err))
 	}
-	quiet, err := agent.ResetQuiet(o.node.ResetQuiet, o.node.Serving)
-	if err != nil {
+	if err := o.resolveQuiet(); err != nil {
 		errs = append(errs, err)
 	}
-	o.node.ResetQuiet = quiet
 	if o.proxy.WindowHold <= 0 {
 		errs = append(errs, fmt.Errorf("--steering-window-hold %s: want a positive duration", o.proxy.WindowHold))
 	}
@@ -218,6 +216,14 @@ func (o *runOptions) resolveLocal() []error {
 		o.localFrom = "kube-apiserver's default port: no --local-apiserver, no manifest at --apiserver-manifest"
 	}
 	return nil
+}
+
+// resolveQuiet sets --steering-reset-quiet from the apiserver's request
+// timeout (resolveLocal read its manifest first), or checks it against it.
+func (o *runOptions) resolveQuiet() error {
+	quiet, err := agent.ResetQuiet(o.node.ResetQuiet, o.node.Serving)
+	o.node.ResetQuiet = quiet
+	return err
 }
 
 // run composes the two halves: the proxy (request side) and the agent's
