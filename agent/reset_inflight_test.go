@@ -327,8 +327,8 @@ func TestSweepLeavesAPingingConnection(t *testing.T) {
 	if err != nil || body != "ok" || reused {
 		t.Errorf("the next request: %q, reused %t, %v; want ok on a new connection", body, reused, err)
 	}
-	t.Logf("a PINGing idle connection: not ended by %s of sweeps (quiet time %s); the server closed it %s after its last request (idle timeout %s), the next request went on a new connection",
-		after.Round(time.Millisecond), testQuiet, after.Round(time.Millisecond), idle)
+	t.Logf("a PINGing idle connection: never ended by the sweeps (quiet time %s); the server closed it %s after its last request (idle timeout %s, then its GOAWAY), the next request went on a new connection",
+		testQuiet, after.Round(time.Millisecond), idle)
 }
 
 // TestSweepEndsAQuietKeepAlive: an idle HTTP/1.1 keep-alive connection is
