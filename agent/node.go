@@ -336,9 +336,10 @@ func (n *Node) followPeers(ctx context.Context, st *Steering) {
 	}
 }
 
-// resetFor is how long after steering engaged the busy direct connections
-// are looked at again, once a second: at least twice the quiet time, so a
-// client that went silent as the window opened is moved too.
+// resetFor is the least time after steering engaged that the busy direct
+// connections are looked at again, once a second; with a longer quiet
+// time, twice that, so a client that went silent as the window opened is
+// moved too.
 const resetFor = 2 * time.Minute
 
 // onEngage runs resetDirect once per engagement, when its reason first
