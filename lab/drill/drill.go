@@ -28,8 +28,9 @@ const (
 	ModeSkewgate = "skewgate"
 	// ModeSkewgateAuto is the default, auto, not armed: steering engages
 	// when the skew window opens, and connections made before are ended
-	// between two requests (--steering-reset-direct, the default) so
-	// their clients reconnect through skewgate.
+	// once their client is quiet (--steering-reset-direct, the default),
+	// or moved by the apiservers' GOAWAY (--goaway-chance), so their
+	// clients reconnect through skewgate.
 	ModeSkewgateAuto = "skewgate auto"
 	// ModeSkewgateArmed is auto, armed before the upgrade through the
 	// cluster's switch (the ConfigMap kube-system/skewgate, steering:
