@@ -127,7 +127,10 @@ lab-down: build
 # FROM=v1.36.3 TO=v1.37.2 is the next one, both sides on their defaults.
 # KCM_LB=on points the controller-managers at an L4 load balancer over the
 # nodes: the garbage collector's case. KUBEADM=on is accepted (the default).
+# GOAWAY_CHANCE=0.02 runs every apiserver with --goaway-chance=0.02, as the
+# docs advise for an upgrade (empty: kube-apiserver's default, unset).
 DRILL_MODES ?=
+GOAWAY_CHANCE ?=
 FROM      ?= v1.35.4
 TO        ?= v1.36.3
 FAST      ?= off
@@ -136,7 +139,8 @@ upgrade-drill: build $(if $(DRILL_KUBEADM),image kubelet-packages,)
 	@command -v prometheus >/dev/null || { apt-get update && apt-get install -y prometheus; }
 	$(BIN)/skewlab build --versions $(FROM),$(TO) $(if $(DRILL_KUBEADM),--kubeadm,)
 	$(BIN)/skewlab drill --dir $(LAB_DIR) --from $(FROM) --to $(TO) --skewgate $(BIN)/skewgate $(if $(DRILL_MODES),--modes '$(DRILL_MODES)',) \
-		$(if $(DRILL_KUBEADM),--image $(BIN)/skewgate-image.tar --tag $(VERSION),--fast) $(if $(filter on,$(KCM_LB)),--controller-manager-lb,)
+		$(if $(DRILL_KUBEADM),--image $(BIN)/skewgate-image.tar --tag $(VERSION),--fast) $(if $(filter on,$(KCM_LB)),--controller-manager-lb,) \
+		$(if $(GOAWAY_CHANCE),--goaway-chance $(GOAWAY_CHANCE),)
 
 demo: lab-build
 	./deploy/demo.sh

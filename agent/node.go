@@ -32,11 +32,14 @@ type NodeConfig struct {
 	// window, for ModeAuto (nil: never open).
 	Mode   func() Mode
 	Window func() Window
-	// ResetDirect ends the idle connections the apiserver accepted
+	// ResetDirect ends the quiet connections the apiserver accepted
 	// directly when steering engages after a standby for an upgrade (see
 	// resetDirect), so their clients reconnect through skewgate
-	// (--steering-reset-direct, on by default).
+	// (--steering-reset-direct, on by default). ResetQuiet is how long a
+	// connection's client must have been silent (see ResetQuiet; zero:
+	// MinResetQuiet).
 	ResetDirect bool
+	ResetQuiet  time.Duration
 	// PinPath is the bpffs directory of every pin.
 	PinPath string
 	// Inherited is the listener a predecessor handed over (see
@@ -396,14 +399,11 @@ func (n *Node) followPeers(ctx context.Context, st *Steering) {
 	}
 }
 
-// resetSettle is how long past the apiserver's last answer, not followed
-// by its client yet, a direct connection counts as carrying nothing, and
-// resetFor how long after steering engaged the busy ones are looked at
-// again, once a second.
-const (
-	resetSettle = 20 * time.Millisecond
-	resetFor    = 2 * time.Minute
-)
+// resetFor is the least time after steering engaged that the busy direct
+// connections are looked at again, once a second; with a longer quiet
+// time, twice that, so a client that went silent as the window opened is
+// moved too.
+const resetFor = 2 * time.Minute
 
 // onEngage runs resetDirect once per engagement, when its reason first
 // warrants it: at once if steering engaged for a window or an arming, or
@@ -434,7 +434,7 @@ func sweepNow(fresh, swept, warranted bool) (run, sweptAfter bool) {
 	return false, swept
 }
 
-// resetDirect ends, when --steering-reset-direct says so, the idle
+// resetDirect ends, when --steering-reset-direct says so, the quiet
 // connections the apiserver accepted directly while steering was not
 // engaged (an arming by the cluster switch included), and comes back for
 // the busy ones every second for resetFor, while steering stays wanted.
@@ -452,7 +452,7 @@ func (n *Node) resetDirect(ctx context.Context) {
 			n.cfg.Log.Warn("steering engaged: direct connections not all ended", "ended", total.ended, "err", err)
 			return
 		}
-		if want, _ := n.wanted(); s.busy == 0 || !want || !resetsFor(n.mode()) || time.Since(start) > resetFor {
+		if want, _ := n.wanted(); s.busy == 0 || !want || !resetsFor(n.mode()) || time.Since(start) > max(resetFor, 2*n.quiet()) {
 			break
 		}
 		select {
@@ -461,7 +461,7 @@ func (n *Node) resetDirect(ctx context.Context) {
 		case <-time.After(time.Second):
 		}
 	}
-	n.cfg.Log.Info("steering engaged: ended the idle connections the apiserver accepted directly, so their clients reconnect through skewgate",
+	n.cfg.Log.Info("steering engaged: ended the quiet connections the apiserver accepted directly, so their clients reconnect through skewgate",
 		"ended", total.ended, "closed before their turn", total.gone, "left busy", total.busy, "took", time.Since(start).Round(time.Millisecond))
 }
 
@@ -475,7 +475,15 @@ func resetsFor(mode Mode, w Window) bool {
 
 // sweepDirect is one pass of resetDirect over the current targets.
 func (n *Node) sweepDirect(ctx context.Context) (sweep, error) {
-	return resetDirect(ctx, n.steeredTargets(), resetSettle, n.notDirect)
+	return resetDirect(ctx, n.steeredTargets(), n.quiet(), n.notDirect)
+}
+
+// quiet is the configured quiet time, MinResetQuiet when none is.
+func (n *Node) quiet() time.Duration {
+	if n.cfg.ResetQuiet <= 0 {
+		return MinResetQuiet
+	}
+	return n.cfg.ResetQuiet
 }
 
 // listenerAddr is where a direct probe reaches the listener: its own

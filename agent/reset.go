@@ -26,6 +26,40 @@ const (
 	resetTick = 100 * time.Millisecond
 )
 
+// MinResetQuiet is the least quiet time ResetQuiet picks by default.
+const MinResetQuiet = 90 * time.Second
+
+// ResetQuiet is how long a direct connection's client must have sent no
+// data before a sweep may end it (--steering-reset-quiet; 0: the default,
+// the apiserver's request timeout × 1.5 and at least MinResetQuiet). srv
+// is the local apiserver's manifest; nil means kube-apiserver's default
+// --request-timeout. A flag at or below the request timeout is an error:
+// the quiet time is what proves no request in flight (isQuiet).
+//
+// The proof is kube-apiserver's handler chain (k8s.io/apiserver
+// pkg/server/config.go DefaultBuildHandlerChain): WithRequestDeadline
+// gives every request that is not long-running a deadline of at most
+// --request-timeout, and WithTimeoutForNonLongRunningRequests answers 504
+// at that deadline (or resets the stream if the answer had begun); both
+// wrap WithPriorityAndFairness, so the time a request waits in APF's
+// queues counts against the same deadline. A client silent for longer
+// than the request timeout therefore has an answer to every short request
+// it sent.
+func ResetQuiet(flag time.Duration, srv *Serving) (time.Duration, error) {
+	timeout, from := DefaultRequestTimeout, "kube-apiserver's default --request-timeout"
+	if srv != nil {
+		timeout, from = srv.RequestTimeout, "--request-timeout in "+srv.Manifest
+	}
+	if flag == 0 {
+		return max(timeout*3/2, MinResetQuiet), nil
+	}
+	if flag <= timeout {
+		return 0, fmt.Errorf("--steering-reset-quiet=%s: want more than the apiserver's request timeout, %s (%s): "+
+			"a client silent for less may still wait for an answer, and its request would be cut", flag, timeout, from)
+	}
+	return flag, nil
+}
+
 // sweep is one pass of resetDirect.
 type sweep struct {
 	ended int // connections ended
@@ -38,21 +72,20 @@ type sweep struct {
 // before steering engaged, they would otherwise stay on one server for as
 // long as they live. Ended, their clients reconnect through skewgate.
 //
-// Only a connection with nothing in flight — the apiserver spoke last, at
-// least settle ago (see idle) — is ended, so no request is cut in its
-// middle (a watch is, and its reflector resumes from its
-// resourceVersion); the others are counted busy, for the caller to try
-// again. A connection not yet accepted (inode 0: in an accept queue,
-// skewgate's own included), from loopback, or one notDirect's answer
-// names (skewgate's
-// own sockets — steered connections have the target as their local
-// address too — and peer apiservers') is left alone. A connection that
-// closes before its turn is counted gone, and the sweep goes on. Both
-// families are searched: Go servers such as kube-apiserver listen on
-// 0.0.0.0 with a dual-stack IPv6 socket, whose IPv4 connections are
-// AF_INET6 with mapped addresses. It needs CONFIG_INET_DIAG_DESTROY and
-// CAP_NET_ADMIN.
-func resetDirect(ctx context.Context, targets []netip.AddrPort, settle time.Duration, notDirect func() (func(remote netip.AddrPort, inode uint32) bool, error)) (sweep, error) {
+// Only a connection the kernel shows quiet — nothing queued or
+// unacknowledged, and no data from its client for quiet (see isQuiet) —
+// is ended, so no request is cut in its middle (a quiet watch is, and its
+// reflector resumes from its resourceVersion); the others are counted
+// busy, for the caller to try again. A connection not yet accepted (inode
+// 0: in an accept queue, skewgate's own included), from loopback, or one
+// notDirect's answer names (skewgate's own sockets — steered connections
+// have the target as their local address too — and peer apiservers') is
+// left alone. A connection that closes before its turn is counted gone,
+// and the sweep goes on. Both families are searched: Go servers such as
+// kube-apiserver listen on 0.0.0.0 with a dual-stack IPv6 socket, whose
+// IPv4 connections are AF_INET6 with mapped addresses. It needs
+// CONFIG_INET_DIAG_DESTROY and CAP_NET_ADMIN.
+func resetDirect(ctx context.Context, targets []netip.AddrPort, quiet time.Duration, notDirect func() (func(remote netip.AddrPort, inode uint32) bool, error)) (sweep, error) {
 	var socks []*netlink.InetDiagTCPInfoResp
 	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
 		list, err := netlink.SocketDiagTCPInfo(family)
@@ -81,7 +114,7 @@ func resetDirect(ctx context.Context, targets []netip.AddrPort, settle time.Dura
 			remote.Addr().IsLoopback() || skip(remote, s.INode) {
 			continue
 		}
-		if !idle(r, settle) {
+		if !isQuiet(r, quiet) {
 			out.busy++
 			continue
 		}
@@ -104,23 +137,27 @@ func resetDirect(ctx context.Context, targets []netip.AddrPort, settle time.Dura
 	return out, nil
 }
 
-// idle reports whether nothing is in flight on the connection: no byte
-// queued either way or unacknowledged, and the apiserver spoke last — its
-// last data sent at least settle ago, and no byte received since. That is
-// a client between two requests (a controller asking ten times a second
-// is, most of the time, and is never quiet for long), or a watch whose
-// last event or bookmark was sent. A request the apiserver is still
-// computing shows as data received after the last sent, however long ago
-// (a request hung for seconds while etcd restarts is not idle: the
-// kubeadm drill saw such requests cut when a quiet second counted).
-func idle(r *netlink.InetDiagTCPInfoResp, settle time.Duration) bool {
+// isQuiet reports whether the kernel proves nothing in flight on the
+// connection: no byte queued either way or unacknowledged, and no data
+// from its client for quiet (tcp_info last_data_recv: data only, not ACKs
+// or TCP keepalives). quiet must exceed the apiserver's --request-timeout
+// (see ResetQuiet): by then every request that is not long-running was
+// answered or ended by the apiserver itself, so what a quiet connection
+// can still carry is a watch or another stream its client does not speak
+// on, and a watch resumes from its resourceVersion.
+//
+// Who spoke last proves nothing under TLS and HTTP/2: Go's HTTP/2 server
+// sends SETTINGS and WINDOW_UPDATE frames on its own while a handler still
+// works, so a write whose body was read looked answered (the rule before
+// this one cut such writes in the 1.37 drill, after the apiserver applied
+// them). A client that keeps a connection alive with PINGs is never quiet:
+// only its apiserver moves it (GOAWAY, its idle timeout).
+func isQuiet(r *netlink.InetDiagTCPInfoResp, quiet time.Duration) bool {
 	s, ti := r.InetDiagMsg, r.TCPInfo
 	if ti == nil || s.RQueue != 0 || s.WQueue != 0 || ti.Unacked != 0 {
 		return false
 	}
-	// Equal: sent and received in one jiffy — a quick answer to the
-	// last request (tcp_info counts in jiffies).
-	return ti.Last_data_sent <= ti.Last_data_recv && ti.Last_data_sent >= uint32(settle/time.Millisecond)
+	return time.Duration(ti.Last_data_recv)*time.Millisecond >= quiet
 }
 
 func addrPort(ip net.IP, port uint16) (netip.AddrPort, bool) {

@@ -9,13 +9,18 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
 
-// DefaultAPIServerPort is kube-apiserver's --secure-port when none is given.
-const DefaultAPIServerPort = 6443
+// DefaultAPIServerPort is kube-apiserver's --secure-port when none is given,
+// DefaultRequestTimeout its --request-timeout.
+const (
+	DefaultAPIServerPort  = 6443
+	DefaultRequestTimeout = time.Minute
+)
 
 // Serving is where this node's kube-apiserver accepts connections, as its
 // static-pod manifest says: the addresses and port skewgate must steer, and
@@ -32,6 +37,10 @@ type Serving struct {
 	Bind netip.Addr
 	// Advertise is --advertise-address; invalid when not given.
 	Advertise netip.Addr
+	// RequestTimeout is --request-timeout (DefaultRequestTimeout when not
+	// given): the longest the apiserver works on a request that is not
+	// long-running, its queue time included (see ResetQuiet).
+	RequestTimeout time.Duration
 }
 
 // AllAddresses reports whether the apiserver listens on every address.
@@ -70,8 +79,8 @@ func ReadServing(path string) (*Serving, error) {
 	return &s, nil
 }
 
-// ParseServing reads --secure-port, --bind-address and --advertise-address
-// from the kube-apiserver container of a static-pod manifest (command and
+// ParseServing reads --secure-port, --bind-address, --advertise-address and
+// --request-timeout from the kube-apiserver container of a static-pod manifest (command and
 // args, "--flag=value" or "--flag value", the last one winning as pflag
 // has it). A port or bind address it cannot read, such as a $(VAR) the
 // kubelet would expand, is an error naming the flag.
@@ -91,7 +100,7 @@ func ParseServing(data []byte) (Serving, error) {
 	}
 	c := pod.Spec.Containers[i]
 	flags := apiserverFlags(append(append([]string(nil), c.Command...), c.Args...))
-	s := Serving{Port: DefaultAPIServerPort}
+	s := Serving{Port: DefaultAPIServerPort, RequestTimeout: DefaultRequestTimeout}
 	if v, ok := flags["secure-port"]; ok {
 		p, err := strconv.ParseUint(v, 10, 16)
 		if err != nil || p == 0 {
@@ -105,6 +114,13 @@ func ParseServing(data []byte) (Serving, error) {
 			return Serving{}, fmt.Errorf("kube-apiserver --bind-address=%q: not an IP address", v)
 		}
 		s.Bind = a.Unmap()
+	}
+	if v, ok := flags["request-timeout"]; ok {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return Serving{}, fmt.Errorf("kube-apiserver --request-timeout=%q: want a positive duration", v)
+		}
+		s.RequestTimeout = d
 	}
 	// The advertise address only picks the address probed through: one
 	// that is not an address ($(POD_IP)) leaves the choice to the node.

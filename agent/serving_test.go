@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // kubeadmManifest is kubeadm's kube-apiserver.yaml (v1.36, the lab's
@@ -46,7 +47,12 @@ func TestParseServing(t *testing.T) {
 		{"a bind address from a variable", []string{"- --secure-port=6443", "- --bind-address=$(POD_IP)"}, Serving{}, `--bind-address="$(POD_IP)": not an IP address`},
 		{"HTTPS off", []string{"--secure-port=6443", "--secure-port=0"}, Serving{}, `--secure-port="0"`},
 		{"another container", []string{"name: kube-apiserver\n    ports", "name: apiserver\n    ports"}, Serving{}, "no container kube-apiserver"},
+		{"a request timeout", []string{"- --secure-port=6443", "- --secure-port=6443\n    - --request-timeout=2m30s"}, Serving{Port: 6443, Advertise: a("198.18.0.1"), RequestTimeout: 150 * time.Second}, ""},
+		{"a request timeout that is no duration", []string{"- --secure-port=6443", "- --secure-port=6443\n    - --request-timeout=60"}, Serving{}, `--request-timeout="60"`},
 	} {
+		if tc.want.RequestTimeout == 0 {
+			tc.want.RequestTimeout = DefaultRequestTimeout
+		}
 		got, err := ParseServing(kubeadmManifest(t, tc.oldnew...))
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {

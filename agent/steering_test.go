@@ -485,8 +485,7 @@ func TestResetDirectEndsConnectionsFromBeforeTheWindow(t *testing.T) {
 	if got.ended != 0 || got.busy != 1 {
 		t.Fatalf("a connection with recent traffic: %+v, want it left busy", got)
 	}
-	// Answered (the echo) 50 ms ago, the client silent since: between
-	// two requests, ended.
+	// The client silent for 50 ms, a quiet time of 20 ms: quiet, ended.
 	time.Sleep(50 * time.Millisecond)
 	n.ns.do(t, func() (err error) {
 		got, err = resetDirect(context.Background(), cfg.Targets, 20*time.Millisecond, skip)
@@ -610,8 +609,8 @@ func TestResetDirectSparesConnectionsAcceptedDuringTheSweep(t *testing.T) {
 	var total sweep
 	for range sweeps {
 		n.ns.do(t, func() error {
-			// Settle 0: a connection is idle the moment it is accepted,
-			// as a slow client's is at 20 ms on a busy node.
+			// Quiet time 0: a connection is quiet the moment it is
+			// accepted, the worst case for this race.
 			s, err := resetDirect(context.Background(), cfg.Targets, 0, own)
 			total.ended += s.ended
 			return err

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -54,6 +55,9 @@ func APIServerArgs(spec Spec, n Node, pki *PKI) []string {
 		reconciler = "none"
 	}
 	args = append(args, "--endpoint-reconciler-type="+reconciler)
+	if spec.GoawayChance > 0 {
+		args = append(args, "--goaway-chance="+strconv.FormatFloat(spec.GoawayChance, 'f', -1, 64))
+	}
 	if spec.Kubelet {
 		// Kubelets run privileged pods only if the apiserver allows them;
 		// logs and exec reach a kubelet by its InternalIP (no DNS here),

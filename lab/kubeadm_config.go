@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/template"
 )
@@ -84,6 +85,8 @@ type kubeadmNodeVars struct {
 	Ignore     []string
 	// InTreeProxy turns kube-apiserver's Mixed Version Proxy on (Spec).
 	InTreeProxy bool
+	// GoawayChance is kube-apiserver's --goaway-chance ("": unset; Spec).
+	GoawayChance string
 }
 
 // ProxyGate is the feature-gates value the in-tree proxy's setting needs
@@ -93,12 +96,16 @@ func (v kubeadmNodeVars) ProxyGate() string {
 }
 
 func (p *Plane) kubeadmVars(f nodeFiles, s kubeadmSecrets) kubeadmNodeVars {
-	return kubeadmNodeVars{
+	v := kubeadmNodeVars{
 		Node: f.node, Version: f.node.Version, Endpoint: KubeadmEndpoint(),
 		CRISocket: "unix://" + f.path("containerd.sock"), CgroupRoot: "/" + kubeletCgroupRoot(f.node),
 		EtcdTag: KubeadmEtcdTag, Secrets: s, Skip: KubeadmSkipPhases, Ignore: kubeadmIgnorePreflight,
 		InTreeProxy: p.Spec.InTreeProxy,
 	}
+	if p.Spec.GoawayChance > 0 {
+		v.GoawayChance = strconv.FormatFloat(p.Spec.GoawayChance, 'f', -1, 64)
+	}
+	return v
 }
 
 // nodeRegistration is shared by init and join: the node's containerd,
@@ -166,6 +173,10 @@ apiServer:
 {{- if .InTreeProxy}}
     - name: peer-ca-file
       value: /etc/kubernetes/pki/ca.crt
+{{- end}}
+{{- with .GoawayChance}}
+    - name: goaway-chance
+      value: "{{.}}"
 {{- end}}
 ---
 ` + kubeletConfiguration))

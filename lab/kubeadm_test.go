@@ -297,3 +297,24 @@ func TestControlPlanePodsReady(t *testing.T) {
 		}
 	}
 }
+
+// Spec.GoawayChance reaches every apiserver: kubeadm's extraArgs, and the
+// lab's own processes' flags; unset, neither names it.
+func TestGoawayChance(t *testing.T) {
+	v := kubeadmTestVars(t)
+	if args := extraArgsOf(t, v); args["goaway-chance"] != "" {
+		t.Errorf("unset: %v", args)
+	}
+	v.GoawayChance = "0.02"
+	if args := extraArgsOf(t, v); args["goaway-chance"] != "0.02" {
+		t.Errorf("kubeadm, 0.02: %v", args)
+	}
+	spec := DefaultSpec()
+	if slices.ContainsFunc(APIServerArgs(spec, spec.Nodes[0], &PKI{}), func(a string) bool { return strings.HasPrefix(a, "--goaway-chance") }) {
+		t.Error("the lab's apiserver names --goaway-chance unset")
+	}
+	spec.GoawayChance = 0.02
+	if args := APIServerArgs(spec, spec.Nodes[0], &PKI{}); !slices.Contains(args, "--goaway-chance=0.02") {
+		t.Errorf("the lab's apiserver, 0.02: %v", args)
+	}
+}

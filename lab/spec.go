@@ -78,6 +78,12 @@ type Spec struct {
 	// upgrade's target): the kubeadm mode prepares their kubeadm, kubelet
 	// and images too.
 	Upgrades []string `json:",omitempty"`
+	// GoawayChance is every apiserver's --goaway-chance (0: unset, as
+	// kube-apiserver's default): the chance that a request on an HTTP/2
+	// connection ends it with a GOAWAY, the only way a busy client's
+	// connection from before a window moves through skewgate (the sweep
+	// ends only quiet ones). In kubeadm mode, an apiServer.extraArgs.
+	GoawayChance float64 `json:",omitempty"`
 }
 
 // DefaultSpec is node-a on the old version and node-b on the new one.

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // writeManifest writes kubeadm's kube-apiserver.yaml with --secure-port
@@ -67,6 +68,41 @@ func TestRunRefusesHAProxyForTheAPIServer(t *testing.T) {
 	for _, want := range []string{"port 6443", "serves on 6444", manifest, "--local-apiserver=https://127.0.0.1:6444"} {
 		if code != 2 || !strings.Contains(errOut, want) {
 			t.Errorf("exit %d, stderr does not say %q: %s", code, want, errOut)
+		}
+	}
+}
+
+// TestResetQuietPastTheRequestTimeout: --steering-reset-quiet at or below
+// the apiserver's --request-timeout (its manifest's, else kube-apiserver's
+// 1m) refuses to start, naming both; past it, or unset, it starts.
+func TestResetQuietPastTheRequestTimeout(t *testing.T) {
+	manifest := writeManifest(t, "6443", "--request-timeout=2m")
+	code, _, errOut := skewgate(t, "run", "--apiserver-manifest="+manifest, "--steering-reset-quiet=2m")
+	for _, want := range []string{"--steering-reset-quiet=2m0s", "request timeout, 2m0s", "--request-timeout in " + manifest, "would be cut"} {
+		if code != 2 || !strings.Contains(errOut, want) {
+			t.Errorf("exit %d, stderr does not say %q: %s", code, want, errOut)
+		}
+	}
+	code, _, errOut = skewgate(t, "run", "--apiserver-manifest=", "--steering-reset-quiet=45s")
+	if code != 2 || !strings.Contains(errOut, "kube-apiserver's default --request-timeout") {
+		t.Errorf("no manifest, 45s: exit %d: %s", code, errOut)
+	}
+	for _, tc := range []struct {
+		manifest string
+		flag     time.Duration
+		want     time.Duration
+	}{
+		{manifest, 0, 3 * time.Minute},
+		{manifest, 150 * time.Second, 150 * time.Second},
+		{writeManifest(t, "6443"), 0, 90 * time.Second},
+	} {
+		o := &runOptions{}
+		o.proxy.APIServerManifest, o.node.ResetQuiet = tc.manifest, tc.flag
+		if errs := o.resolveLocal(); len(errs) != 0 {
+			t.Fatal(errs)
+		}
+		if err := o.resolveQuiet(); err != nil || o.node.ResetQuiet != tc.want {
+			t.Errorf("%s, --steering-reset-quiet=%s: %s, %v; want %s", tc.manifest, tc.flag, o.node.ResetQuiet, err, tc.want)
 		}
 	}
 }

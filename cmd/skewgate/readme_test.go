@@ -22,6 +22,7 @@ var notSkewgate = []string{
 	"--nodes", "--dir", "--tag", "--image", "--kubelet", "--skewgate", "--from-literal",
 	"--control-plane", "--upload-certs", "--kubeadm", // kubeadm's, and the lab's kubeadm mode
 	"--namespace", "--set", // helm install's
+	"--goaway-chance", // kube-apiserver's
 }
 
 // flagsOf are the flags of cmd and every subcommand, by name.

@@ -122,7 +122,10 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.StringVar(&o.mode, "steering-mode", o.mode, "when to steer: always; auto (during a skew window: an upgrade or rollback shows — the apiservers differ in version or in what their binaries serve, or an apiserver upgrade has begun — and --steering-window-hold after they agree; and while the local apiserver is away and a peer is ready); off. The ConfigMap kube-system/skewgate (key steering) wins for the whole cluster")
 	f.BoolVar(&o.handOver, "handover", o.handOver, "hand the listening sockets over between the skewgate running on the node and the next one started beside it (a rollout, a deleted pod's replacement with the DaemonSet's maxSurge), through a unix socket beside --state-file: the steered socket never closes, so no client connection falls open to the apiserver during a restart")
 	f.DurationVar(&o.handOverWait, "handover-wait", 0, "on SIGTERM, how long to keep serving while waiting for a successor to take the listening sockets (--handover) before withdrawing steering; the DaemonSet, whose maxSurge starts a deleted pod's replacement beside it, sets 20s (0: withdraw at once)")
-	f.BoolVar(&o.node.ResetDirect, "steering-reset-direct", true, "when steering engages after a standby for an upgrade (a skew window opened, or the cluster switch armed it; not rule 3a alone), end the connections the apiserver accepted directly meanwhile once each is idle (nothing queued or unacknowledged, and the apiserver's answer the last data, 20 ms ago or more), paced, so their clients reconnect through skewgate; a quiet watch on one is cut and resumes from its resourceVersion")
+	f.BoolVar(&o.node.ResetDirect, "steering-reset-direct", true, "when steering engages after a standby for an upgrade (a skew window opened, or the cluster switch armed it; not rule 3a alone), end the connections the apiserver accepted directly meanwhile once each is quiet (nothing queued or unacknowledged, and no data from its client for --steering-reset-quiet), paced, so their clients reconnect through skewgate; "+
+		"no request is cut in flight, a quiet watch is and resumes from its resourceVersion; a client that keeps talking (client-go's PINGs, its next requests) stays until the apiserver's GOAWAY moves it (kube-apiserver --goaway-chance)")
+	f.DurationVar(&o.node.ResetQuiet, "steering-reset-quiet", 0, "how long a direct connection's client must have sent no data before --steering-reset-direct ends it; must exceed the apiserver's --request-timeout, within which it answers every request that is not long-running, APF's queue time included "+
+		"(default: --apiserver-manifest's --request-timeout × 1.5, at least 90s)")
 	f.StringVar(&o.proxy.APIServerManifest, "apiserver-manifest", o.proxy.APIServerManifest, "kube-apiserver static-pod manifest: when its image tag names another version than the local apiserver runs (kubeadm upgrade or rollback, before the kubelet restarts it), "+
 		"every node's skew window opens, through a Lease skewgate/skewgate-upgrade-<node> (namespace skewgate, which the manifests create) (a missing file: not a kubeadm node, logged once; empty: not watched)")
 	f.BoolVar(&o.proxy.KubeadmAnnouncement, "kubeadm-announcement", true, "open every node's skew window as kubeadm announces an upgrade, before any apiserver stops: the Job kube-system/upgrade-health-check-<ms> that `kubeadm upgrade apply` (and `plan`) creates in its preflight, counted from its creation for 2 minutes while it exists (needs list and watch on jobs in kube-system; refused, the manifest and the Leases remain the signals)")
@@ -165,6 +168,9 @@ func (o *runOptions) validate() error {
 	}
 	if _, err := agent.ParseMode(o.mode); err != nil {
 		errs = append(errs, fmt.Errorf("--steering-mode: %w", err))
+	}
+	if err := o.resolveQuiet(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.proxy.WindowHold <= 0 {
 		errs = append(errs, fmt.Errorf("--steering-window-hold %s: want a positive duration", o.proxy.WindowHold))
@@ -218,6 +224,14 @@ func (o *runOptions) resolveLocal() []error {
 // register theirs; docs/metrics.md lists all of them.
 func registerProcess(reg prometheus.Registerer) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
+}
+
+// resolveQuiet sets --steering-reset-quiet from the apiserver's request
+// timeout (resolveLocal read its manifest first), or checks it against it.
+func (o *runOptions) resolveQuiet() error {
+	quiet, err := agent.ResetQuiet(o.node.ResetQuiet, o.node.Serving)
+	o.node.ResetQuiet = quiet
+	return err
 }
 
 // run composes the two halves: the proxy (request side) and the agent's

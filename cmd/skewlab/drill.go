@@ -69,6 +69,7 @@ func newDrillCmd() *cobra.Command {
 	_ = f.MarkDeprecated("kubeadm", "the kubeadm drill is the default; --fast runs the binary-swap one")
 	f.StringVar(&o.Image, "image", "", "skewgate's image archive (make image; not with --fast)")
 	f.StringVar(&o.ImageTag, "tag", "", "that image's tag (make image's VERSION; not with --fast)")
+	f.Float64Var(&o.GoawayChance, "goaway-chance", 0, "every apiserver's --goaway-chance (kube-apiserver takes 0 to 0.02; 0: unset, its default): a busy client's connection from before the window moves through skewgate only by the apiserver's GOAWAY, since the sweep ends only quiet ones")
 	f.BoolVar(&o.ControllerManagerLB, "controller-manager-lb", false, "point every kube-controller-manager at an L4 load balancer over the nodes instead of its own node's address (the garbage collector's case; not with --fast)")
 	f.DurationVar(&o.Settle, "settle", time.Minute, "how long the controllers may settle before what was lost is counted (not with --fast)")
 	f.DurationVar(&o.HandBackWait, "hand-back-wait", 17*time.Minute, "mode '"+drill.ModeSkewgateAuto+"', not with --fast: how long the workload may run on after the last step for every node's steering to be released and handed back")

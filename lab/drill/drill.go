@@ -28,8 +28,9 @@ const (
 	ModeSkewgate = "skewgate"
 	// ModeSkewgateAuto is the default, auto, not armed: steering engages
 	// when the skew window opens, and connections made before are ended
-	// between two requests (--steering-reset-direct, the default) so
-	// their clients reconnect through skewgate.
+	// once their client is quiet (--steering-reset-direct, the default),
+	// or moved by the apiservers' GOAWAY (--goaway-chance), so their
+	// clients reconnect through skewgate.
 	ModeSkewgateAuto = "skewgate auto"
 	// ModeSkewgateArmed is auto, armed before the upgrade through the
 	// cluster's switch (the ConfigMap kube-system/skewgate, steering:
@@ -93,6 +94,9 @@ type Options struct {
 	// (kcmlb.go), as installations behind their own balancer do: the
 	// garbage collector's case.
 	ControllerManagerLB bool
+	// GoawayChance is every apiserver's --goaway-chance (lab.Spec; 0:
+	// unset, kube-apiserver's default).
+	GoawayChance float64
 	// KeepFailed leaves a mode's plane up when the mode fails, its logs
 	// and node files there to read (`skewlab down --dir` removes it), and
 	// runs no further mode.
@@ -233,6 +237,7 @@ func runMode(ctx context.Context, o Options, mode string) (_ *Result, err error)
 	}
 	spec.InTreeProxy, spec.Kubeadm = mode == ModeInTree, o.Kubeadm
 	spec.DefaultAPIs, spec.Upgrades = o.pair.DefaultAPIs, []string{to}
+	spec.GoawayChance = o.GoawayChance
 	lo := lab.Options{Dir: o.Dir, CacheDir: o.CacheDir, Spec: spec, Progress: o.Progress,
 		Versions: []string{to}}
 	if o.Kubeadm {

@@ -11,7 +11,8 @@ import (
 
 // What a node's steering changes cost its clients. In mode auto steering
 // engages when a skew window opens (the hand-over: connections from before
-// ended between two requests, their clients back through skewgate) and is released when it closes (the
+// ended once their client is quiet, or moved by the apiserver's GOAWAY, their
+// clients back through skewgate) and is released when it closes (the
 // hand-back: steered connections are asked to leave, watches end cleanly).
 // Neither may fail a request; the drill follows every node's steering on
 // its pins and counts the failed requests each change could have caused.

@@ -237,6 +237,9 @@ func writtenBy(w io.Writer, o Options, command string) {
 	if len(o.SkewgateArgs) > 0 {
 		build += ", skewgate run with `" + strings.Join(o.SkewgateArgs, " ") + "`"
 	}
+	if o.GoawayChance > 0 {
+		build += fmt.Sprintf(", every apiserver with `--goaway-chance=%g`", o.GoawayChance)
+	}
 	fmt.Fprintf(w, "Written by `%s`%s on %s (%s/%s, %d CPUs); regenerate it by running that again. ",
 		command, build, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 }
@@ -312,8 +315,9 @@ const whyWorse = "a **503** is skewgate's answer (with `Retry-After`) where a se
 	"or within the grace after a rollback took the type away (rule 5): the other modes answered a false 404 or a 404 in the grace there, " +
 	"or — the in-tree proxy — passed the request to a server that then answered it. " +
 	"In `skewgate auto`, **pinned clients' failures and other errors** include the connections made before the skew window opened: " +
-	"they go to the apiserver directly, as without skewgate, until skewgate ends them between two requests when the window opens " +
-	"(`--steering-reset-direct`, the default) or they reconnect; " +
+	"they go to the apiserver directly, as without skewgate, until skewgate ends them once their client is quiet " +
+	"(`--steering-reset-direct`, the default: no request in flight is cut, so a busy client is never ended), " +
+	"the apiserver's GOAWAY moves them (`--goaway-chance`) or they reconnect; " +
 	"arming the cluster before the upgrade (`skewgate`, mode always) steers them from the start."
 
 func writeMonitoring(w io.Writer, m *Monitoring) {

@@ -177,7 +177,7 @@ func writeHandOffs(w io.Writer, results []*Result) {
 		}
 		if !header {
 			fmt.Fprintf(w, "\n## The hand-over and the hand-back\n\nThe drill reads every node's steering from its pins every %s (as `skewgate steer status` does: on, a lease, a listener). "+
-				"In mode `%s` steering engages when the skew window opens (the hand-over: connections from before are ended between two requests, and their clients reconnect through skewgate) and is released "+
+				"In mode `%s` steering engages when the skew window opens (the hand-over: connections from before are ended once their client is quiet, or moved by the apiserver's GOAWAY, and their clients reconnect through skewgate) and is released "+
 				"when it closes (the hand-back: steered connections asked to leave with their next answer, watches ended cleanly, within 5 minutes); "+
 				"in that mode the drill runs its workload on after the last step (phase `hand-back`, at most %s) until every node was released %s ago. "+
 				"A request is **failed by the hand-over** when it fails (as a pinned client's request fails, any client) on a connection to the node "+

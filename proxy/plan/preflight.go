@@ -61,7 +61,8 @@ type PreflightOptions struct {
 // Preflight checks every control-plane node's skewgate before an upgrade:
 // it answers, steering is installed and would steer, its targets cover
 // the node's advertise address (and the control-plane endpoint is
-// covered), its state file is written, its mode; and that Prometheus
+// covered), its state file is written, its mode; that every apiserver
+// sends GOAWAYs (--goaway-chance, see checkGoaway); and that Prometheus
 // scrapes skewgate. It fails only if the cluster's members cannot be
 // listed; each other problem is a check's verdict.
 func Preflight(ctx context.Context, c *Cluster, o PreflightOptions) ([]Check, error) {
@@ -81,6 +82,7 @@ func Preflight(ctx context.Context, c *Cluster, o PreflightOptions) ([]Check, er
 		targets = append(targets, ts...)
 	}
 	checks = append(checks, checkEndpoint(ctx, c, o, advertised, targets))
+	checks = append(checks, checkGoaway(ctx, c)...)
 	return append(checks, checkPrometheus(ctx, c, o, len(nodes))), nil
 }
 

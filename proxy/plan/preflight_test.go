@@ -118,6 +118,7 @@ func TestPreflightHealthy(t *testing.T) {
 	a := routesServer(t, nodeView("steering standby: no skew window", []netip.AddrPort{nodeA, vip}, saved))
 	b := routesServer(t, nodeView("steering standby: no skew window", []netip.AddrPort{nodeB}, saved))
 	c := kubeadmCluster(t, "cp.example.test:6443", serviceMonitor())
+	addMirrorPods(t, c, map[string]string{"198.18.0.1": "--goaway-chance=0.02", "198.18.0.2": "--goaway-chance=0.02"})
 	prom := promServer(t, map[string]int{"node-a": 1, "node-b": 1})
 	checks, err := Preflight(context.Background(), c, PreflightOptions{
 		AdminURLs: []string{a.URL, b.URL}, Prometheus: prom.URL,
@@ -137,7 +138,8 @@ func TestPreflightHealthy(t *testing.T) {
 		}
 	}
 	v := verdicts(checks)
-	for _, k := range []string{a.URL + "/steering", a.URL + "/targets", b.URL + "/state file", b.URL + "/mode", "cluster/control-plane endpoint", "cluster/prometheus"} {
+	for _, k := range []string{a.URL + "/steering", a.URL + "/targets", b.URL + "/state file", b.URL + "/mode", "cluster/control-plane endpoint", "cluster/prometheus",
+		"198.18.0.1/goaway-chance", "198.18.0.2/goaway-chance"} {
 		if _, ok := v[k]; !ok {
 			t.Errorf("no check %s in %v", k, v)
 		}
@@ -178,6 +180,7 @@ func TestPreflightFailures(t *testing.T) {
 		gone.URL + "/skewgate":           Fail,
 		"cluster/control-plane endpoint": Warn,
 		"cluster/prometheus":             Fail,
+		"cluster/goaway-chance":          Warn, // no mirror pods
 	}
 	for k, r := range want {
 		if v[k] != r {
@@ -240,5 +243,63 @@ func TestPreflightUnsteered(t *testing.T) {
 	}
 	if c := checkTargets("node-a", n, st, []netip.AddrPort{nodeA, loVIP}, nil, nil); c.Result != OK {
 		t.Errorf("everything steered: %+v", c)
+	}
+}
+
+// addMirrorPods adds to c's clientset one kubeadm kube-apiserver mirror
+// pod per advertise address, with its extra flag ("" for none).
+func addMirrorPods(t *testing.T, c *Cluster, flags map[string]string) {
+	t.Helper()
+	for addr, flag := range flags {
+		args := []string{"kube-apiserver", "--advertise-address=" + addr, "--secure-port=6443"}
+		if flag != "" {
+			args = append(args, strings.Fields(flag)...)
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "kube-apiserver-" + addr, Namespace: "kube-system",
+				Labels:      map[string]string{"component": "kube-apiserver", "tier": "control-plane"},
+				Annotations: map[string]string{advertiseAnnotation: addr + ":6443"}},
+			Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "kube-apiserver", Command: args}}},
+			Status: corev1.PodStatus{PodIP: addr},
+		}
+		if err := c.Kube.(*fake.Clientset).Tracker().Add(pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestPreflightGoawayChance: preflight reads every apiserver's
+// --goaway-chance from its mirror pod and warns where it is unset (or 0,
+// or not a number), advising 0.02 and saying what it costs; without
+// mirror pods it says it cannot tell. A warning, never a failure.
+func TestPreflightGoawayChance(t *testing.T) {
+	c := kubeadmCluster(t, "")
+	addMirrorPods(t, c, map[string]string{
+		"198.18.0.1": "--goaway-chance=0.02",
+		"198.18.0.2": "",
+		"198.18.0.3": "--goaway-chance 0",
+		"198.18.0.4": "--goaway-chance=often",
+		"198.18.0.5": "--goaway-chance=0.001 --goaway-chance=0.01",
+	})
+	got := map[string]Check{}
+	for _, ck := range checkGoaway(context.Background(), c) {
+		got[ck.Node] = ck
+	}
+	for node, want := range map[string]Result{"198.18.0.1": OK, "198.18.0.2": Warn, "198.18.0.3": Warn, "198.18.0.4": Warn, "198.18.0.5": OK} {
+		if ck, ok := got[node]; !ok || ck.Result != want || ck.Name != "goaway-chance" {
+			t.Errorf("%s: %+v, want %s", node, ck, want)
+		}
+	}
+	for _, s := range []string{"is not set", "--goaway-chance=0.02 for the upgrade window", "once per 50 requests", "TLS handshake"} {
+		if !strings.Contains(got["198.18.0.2"].Reason, s) {
+			t.Errorf("the warning does not say %q: %s", s, got["198.18.0.2"].Reason)
+		}
+	}
+	if r := got["198.18.0.5"].Reason; !strings.Contains(r, "=0.01") || !strings.Contains(r, "about 100 requests") {
+		t.Errorf("the last flag wins: %s", r)
+	}
+	none := checkGoaway(context.Background(), kubeadmCluster(t, ""))
+	if len(none) != 1 || none[0].Node != "cluster" || none[0].Result != Warn || !strings.Contains(none[0].Reason, "no kube-apiserver mirror pod") {
+		t.Errorf("no mirror pods: %+v", none)
 	}
 }

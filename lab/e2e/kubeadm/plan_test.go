@@ -35,7 +35,8 @@ func operatorKubeconfig(t *testing.T, n lab.Node) string {
 // preflight: `skewgate preflight` on the armed cluster before the upgrade
 // passes (exit 0: RunSkewgate fails the test otherwise), with every node's
 // skewgate reached on its secure admin listener, steering and its
-// advertise address ok.
+// advertise address ok, and every apiserver's --goaway-chance read from
+// its mirror pod (unset here: a warning).
 func preflight(t *testing.T) {
 	kc := operatorKubeconfig(t, plane.Spec.Nodes[1])
 	out := labtest.RunSkewgate(t, skewgateBin, "preflight", "--kubeconfig", kc, "-o", "json")
@@ -49,6 +50,10 @@ func preflight(t *testing.T) {
 			if i < 0 || checks[i].Result != plan.OK {
 				t.Errorf("%s %s: %+v", n.Name, name, checks)
 			}
+		}
+		i := slices.IndexFunc(checks, func(c plan.Check) bool { return c.Node == n.IP.String() && c.Name == "goaway-chance" })
+		if i < 0 || checks[i].Result != plan.Warn || !strings.Contains(checks[i].Reason, "not set") {
+			t.Errorf("%s goaway-chance: %+v", n.Name, checks)
 		}
 	}
 	t.Logf("skewgate preflight:\n%s", labtest.RunSkewgate(t, skewgateBin, "preflight", "--kubeconfig", kc))

@@ -64,6 +64,11 @@ func TestMain(m *testing.M) {
 	for i := range spec.Nodes {
 		spec.Nodes[i].Port = apiPort
 	}
+	// The apiservers send GOAWAYs as the docs advise for an upgrade: the
+	// sweep ends only connections whose client is quiet past the request
+	// timeout (90 s here), so a client asking ten times a second moves
+	// through skewgate only by its apiserver's GOAWAY.
+	spec.GoawayChance = 0.02
 	os.Exit(labtest.Main(m, "window", spec, func(ctx context.Context, env *labtest.Env) error {
 		plane, bin = env.Plane, env.Skewgate
 		// The upgrade needs the new version's apiserver too.
@@ -309,14 +314,19 @@ func TestAutoMode(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		// The connection from before the window is ended between two of
-		// its requests (--steering-reset-direct, the default), and its
-		// client comes back through skewgate without a failed request.
-		waitFor(t, 15*time.Second, "the connection from before the window moved to skewgate", before.steered)
+		// The connection from before the window is never quiet (ten
+		// requests a second), so the sweep leaves it; node-a's apiserver
+		// ends it with a GOAWAY (--goaway-chance=0.02: after about 50
+		// requests; still direct after the 500-odd requests of a minute
+		// with a chance of 0.98^500, under 1 in 20,000), and its client
+		// comes back through skewgate without a failed request.
+		waitFrom := time.Now()
+		waitFor(t, 60*time.Second, "the connection from before the window moved to skewgate", before.steered)
+		moved := time.Since(waitFrom)
 		if n, fails := before.stop(); fails > 0 {
 			t.Errorf("the client from before the window: %d of %d requests failed as it moved to skewgate", fails, n)
 		} else {
-			t.Logf("the client from before the window moved to skewgate: %d requests, 0 failed", n)
+			t.Logf("the client from before the window moved to skewgate %s after node-a steered reads: %d requests, 0 failed", moved.Round(100*time.Millisecond), n)
 		}
 		// Clients that connected in the window are on the hop.
 		onHop, onHop1 := keptClient(t, "node-a", true), keptClient(t, "node-a", false)

@@ -3,41 +3,78 @@ package agent
 import (
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
 )
 
-// TestIdle: what counts as nothing in flight on a direct connection, from
-// the apiserver's side (ms since its last data received and sent).
-func TestIdle(t *testing.T) {
+// TestQuiet: what the kernel proves about a direct connection, from the
+// apiserver's side (ms since its last data received and sent). Only the
+// client's silence counts: who spoke last proves nothing under TLS and
+// HTTP/2 (the rule before this one took a 64 KiB write whose body the
+// server had read for idle, after its WINDOW_UPDATE).
+func TestQuiet(t *testing.T) {
+	const quiet = 90 * time.Second
 	for _, tc := range []struct {
-		name                    string
-		recv, sent, unacked, rq uint32
-		want                    bool
+		name                        string
+		recv, sent, unacked, rq, wq uint32
+		want                        bool
 	}{
-		{"quiet for 2 s, its last answer and request in one jiffy", 2000, 2000, 0, 0, true},
-		{"a watch: its last event sent 3 s ago, its request 60 s ago", 60000, 3000, 0, 0, true},
-		{"answered 50 ms ago, after the request (a client between two requests)", 60, 50, 0, 0, true},
-		{"answered 40 ms ago, within the jiffy its request came in", 40, 40, 0, 0, true},
-		{"answered 5 ms ago: the client may be asking again", 15, 5, 0, 0, false},
-		{"request received after the last answer (being computed)", 50, 300, 0, 0, false},
-		{"request received, nothing answered for 2 s but data received 500 ms ago", 500, 2000, 0, 0, false},
-		{"a request hung 6 s (etcd restarting), the last answer 8 s old", 6000, 8000, 0, 0, false},
-		{"answer not yet acknowledged", 60, 50, 1, 0, false},
-		{"request bytes unread", 60, 50, 0, 120, false},
+		{"client silent 90 s, the server too", 90000, 90000, 0, 0, 0, true},
+		{"a watch: its last event sent 3 s ago, its request 10 min ago", 600000, 3000, 0, 0, 0, true},
+		{"client silent 95 s, the server answered 20 ms ago", 95000, 20, 0, 0, 0, true},
+		{"a write read 150 ms ago, the server's WINDOW_UPDATE after it (the old rule: idle)", 150, 140, 0, 0, 0, false},
+		{"the first request on a fresh connection, the server's SETTINGS after it", 150, 150, 0, 0, 0, false},
+		{"between two requests, answered 50 ms ago", 60, 50, 0, 0, 0, false},
+		{"a request hung 6 s (etcd restarting)", 6000, 8000, 0, 0, 0, false},
+		{"client silent 89.9 s: within the quiet time", 89900, 89900, 0, 0, 0, false},
+		{"client silent long, the answer not yet acknowledged", 120000, 10, 1, 0, 0, false},
+		{"client silent long, its bytes unread", 120000, 120000, 0, 120, 0, false},
+		{"client silent long, the answer queued", 120000, 10, 0, 0, 4096, false},
 	} {
 		r := &netlink.InetDiagTCPInfoResp{
-			InetDiagMsg: &netlink.Socket{RQueue: tc.rq},
+			InetDiagMsg: &netlink.Socket{RQueue: tc.rq, WQueue: tc.wq},
 			TCPInfo:     &netlink.TCPInfo{Last_data_recv: tc.recv, Last_data_sent: tc.sent, Unacked: tc.unacked},
 		}
-		if got := idle(r, resetSettle); got != tc.want {
-			t.Errorf("%s: idle = %t, want %t", tc.name, got, tc.want)
+		if got := isQuiet(r, quiet); got != tc.want {
+			t.Errorf("%s: isQuiet = %t, want %t", tc.name, got, tc.want)
 		}
 	}
-	if idle(&netlink.InetDiagTCPInfoResp{InetDiagMsg: &netlink.Socket{}}, resetSettle) {
-		t.Error("no tcp_info: idle")
+	if isQuiet(&netlink.InetDiagTCPInfoResp{InetDiagMsg: &netlink.Socket{}}, quiet) {
+		t.Error("no tcp_info: quiet")
+	}
+}
+
+// TestResetQuiet: the quiet time defaults to the apiserver's request
+// timeout × 1.5, at least 90 s, and a flag at or below the request
+// timeout is refused, naming where the timeout came from.
+func TestResetQuiet(t *testing.T) {
+	kubeadm := &Serving{Manifest: "/etc/kubernetes/manifests/kube-apiserver.yaml", RequestTimeout: time.Minute}
+	long := &Serving{Manifest: "/etc/kubernetes/manifests/kube-apiserver.yaml", RequestTimeout: 3 * time.Minute}
+	for _, tc := range []struct {
+		name string
+		flag time.Duration
+		srv  *Serving
+		want time.Duration
+		err  string
+	}{
+		{"no manifest: the default timeout", 0, nil, 90 * time.Second, ""},
+		{"kubeadm's 1m: the floor", 0, kubeadm, 90 * time.Second, ""},
+		{"a 3m timeout: × 1.5", 0, long, 270 * time.Second, ""},
+		{"given, past the timeout", 61 * time.Second, kubeadm, 61 * time.Second, ""},
+		{"given, equal to the timeout", time.Minute, kubeadm, 0, "--steering-reset-quiet=1m0s: want more than the apiserver's request timeout, 1m0s (--request-timeout in /etc/kubernetes/manifests/kube-apiserver.yaml)"},
+		{"given, below a long timeout", 2 * time.Minute, long, 0, "request timeout, 3m0s"},
+		{"given, below the default", 30 * time.Second, nil, 0, "kube-apiserver's default --request-timeout"},
+	} {
+		got, err := ResetQuiet(tc.flag, tc.srv)
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: %v, %v; want an error saying %q", tc.name, got, err, tc.err)
+		case tc.err == "" && (err != nil || got != tc.want):
+			t.Errorf("%s: %v, %v; want %v", tc.name, got, err, tc.want)
+		}
 	}
 }
 
