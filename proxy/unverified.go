@@ -96,7 +96,7 @@ func (h *Handler) mayTell(w http.ResponseWriter, r *http.Request, x *exchange) b
 		Reason: "a caller skewgate did not verify gets the apiserver's own answer, not skewgate's"}
 	w.Header().Set(forward.HeaderRoute, string(route.Local))
 	forward.Forward(w, r, forward.Request{Candidates: h.members.Backends(x.decision.Servers), Anonymous: true,
-		SetIdentity: h.identity(x.caller, false), LongRunning: x.req.LongRunning()})
+		SetIdentity: h.identity(x.caller, false), LongRunning: x.req.LongRunning(), Overflow: h.throttle})
 	return false
 }
 
