@@ -1,11 +1,18 @@
 package proxy
 
 import (
+	"crypto/tls"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apiserver/pkg/authentication/user"
 
+	"github.com/skewgate/skewgate/lab"
+	"github.com/skewgate/skewgate/proxy/forward"
 	"github.com/skewgate/skewgate/proxy/route"
 )
 
@@ -50,5 +57,82 @@ func TestIsolated(t *testing.T) {
 		if got := isolated(req, tc.user); got != tc.want {
 			t.Errorf("%s (%s %s): isolated = %t, want %t", tc.name, tc.method, tc.path, got, tc.want)
 		}
+	}
+}
+
+// At a full bound skewgate answers its own 429 (counted) only to what APF
+// does not isolate; the rest goes on to the apiserver, whose APF decides
+// whether it waits. A token is reviewed at the bound, not below it.
+func TestBoundHoldsOnlyWhatAPFDoesNotIsolate(t *testing.T) {
+	rig := newIdentityRig(t)
+	local := rig.members.Backends([]string{rig.members.LocalID()})[0]
+	local.LimitInFlight(1)
+	rig.runMembers(t)
+	sign := func(cn string, orgs ...string) []tls.Certificate {
+		cert, key, err := rig.ca.Sign(lab.Leaf{CN: cn, Orgs: orgs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}}
+	}
+	tenant, node := sign("tenant"), sign("system:node:node-b", "system:nodes")
+	throttled := func() float64 {
+		var m dto.Metric
+		rig.handler.metrics.throttled.WithLabelValues(local.ID).Write(&m)
+		return m.GetCounter().GetValue()
+	}
+	const list = "GET /api/v1/namespaces/default/configmaps HTTP/1.1\nHost: 127.0.0.1\n"
+
+	// Below the bound a token's request costs no review.
+	reviews := rig.reviews.Load()
+	rig.sendWith(t, nil, list+"Authorization: Bearer good\n\n")
+	if n := rig.reviews.Load() - reviews; n != 0 {
+		t.Errorf("below the bound a token's request made %d reviews, want 0", n)
+	}
+
+	// The tenant's upload holds the one slot: its body never ends.
+	hold, err := tls.Dial("tcp", rig.addr, &tls.Config{Certificates: tenant, RootCAs: rig.roots, ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	io.WriteString(hold, "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if code, _ := rig.sendWith(t, tenant, list+"\n"); code == http.StatusTooManyRequests {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slot was never taken")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	before, reviews := throttled(), rig.reviews.Load()
+	for _, tc := range []struct {
+		name  string
+		certs []tls.Certificate
+		raw   string
+		want  int
+	}{
+		{"the tenant lists", tenant, list + "\n", http.StatusTooManyRequests},
+		{"the tenant probes readyz", tenant, "GET /readyz HTTP/1.1\nHost: 127.0.0.1\n\n", http.StatusOK},
+		{"the tenant renews its lease", tenant, "PUT /apis/coordination.k8s.io/v1/namespaces/tenant/leases/op HTTP/1.1\nHost: 127.0.0.1\nContent-Length: 2\n\n{}", http.StatusOK},
+		{"a node lists", node, list + "\n", http.StatusOK},
+		{"system:masters lists", []tls.Certificate{rig.client}, list + "\n", http.StatusOK},
+		{"a kube-system service account's token lists", nil, list + "Authorization: Bearer good\n\n", http.StatusOK},
+		{"a token no apiserver accepts", nil, list + "Authorization: Bearer bad\n\n", http.StatusUnauthorized},
+		{"nobody lists", nil, list + "\n", http.StatusTooManyRequests},
+	} {
+		code, hdr := rig.sendWith(t, tc.certs, tc.raw)
+		if code != tc.want {
+			t.Errorf("%s at the bound: %d (from %q), want %d", tc.name, code, hdr.Get(forward.HeaderServer), tc.want)
+		}
+	}
+	if n := throttled() - before; n != 2 {
+		t.Errorf("skewgate_requests_throttled_total rose by %.0f, want 2 (the tenant's list, nobody's)", n)
+	}
+	if n := rig.reviews.Load() - reviews; n != 2 {
+		t.Errorf("%d reviews at the bound, want 2 (one per token)", n)
 	}
 }
