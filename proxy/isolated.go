@@ -86,12 +86,20 @@ func leaseOne(req route.Request) bool {
 
 // overflow decides x's request when its server has no slot left: one APF
 // isolates goes on without a slot; any other gets skewgate's 429, once
-// the caller may hear skewgate's own answers (mayTell). A bearer token's
-// caller is reviewed only here, at the bound: below it a token costs no
-// review.
+// the caller may hear skewgate's own answers (mayTell). A bearer token is
+// reviewed only here, at the bound (below it a token costs no review), and
+// once: a token no apiserver accepts or could judge is answered as
+// reviewToken answers it.
 func (h *Handler) overflow(x *exchange) func(http.ResponseWriter, *http.Request, string) bool {
 	return func(w http.ResponseWriter, r *http.Request, server string) bool {
-		if isolated(x.req, h.userAtBound(r, x)) {
+		if x.bearer(r) && !h.reviewToken(w, r, x) {
+			return false
+		}
+		u := x.caller.User
+		if x.reviewed != nil {
+			u = x.reviewed.User
+		}
+		if isolated(x.req, u) {
 			return true
 		}
 		if h.mayTell(w, r, x) {
@@ -99,23 +107,6 @@ func (h *Handler) overflow(x *exchange) func(http.ResponseWriter, *http.Request,
 		}
 		return false
 	}
-}
-
-// userAtBound is who sent x's request as APF would see it: the user skewgate
-// verified, or the one an apiserver's review of the bearer token named
-// (nil: nobody, or a token no apiserver accepted).
-func (h *Handler) userAtBound(r *http.Request, x *exchange) user.Info {
-	if x.caller.User != nil || x.caller.Peer {
-		return x.caller.User
-	}
-	auth := r.Header.Get("Authorization")
-	if auth == "" {
-		return nil
-	}
-	if v := h.tokenVerdict(r.Context(), auth); v.status == http.StatusCreated {
-		return v.user.User
-	}
-	return nil
 }
 
 // throttle answers skewgate's own 429 for server's bound and counts it
