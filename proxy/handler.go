@@ -231,13 +231,7 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, x *exchange) 
 		id := h.toPeers(x)
 		fr.Anonymous, fr.SetIdentity = id.Anonymous, id.Set
 	}
-	if x.caller.User == nil && !x.caller.Peer {
-		fr.Busy = func(w http.ResponseWriter, r *http.Request, server string) {
-			if h.mayTell(w, r, x) {
-				forward.TooMany(w, r, server)
-			}
-		}
-	}
+	fr.Overflow = h.overflow(x)
 	t := h.members.Table()
 	if d.Listed() && x.req.AsksForType(scopeOf(x.req, t)) {
 		gvr := x.req.GVR

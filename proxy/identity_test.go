@@ -70,12 +70,20 @@ type identityRig struct {
 	// refuseLists: the stand-in refuses lists of configmaps as a
 	// shutting-down kube-apiserver refuses a request it never began.
 	refuseLists atomic.Bool
+	// reviews counts the SelfSubjectReviews the stand-in answered;
+	// slowReviews makes each take 200 ms.
+	reviews     atomic.Int64
+	slowReviews atomic.Bool
 }
 
 func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 	rig := &identityRig{acks: make(chan struct{})}
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
+			rig.reviews.Add(1)
+			if rig.slowReviews.Load() {
+				time.Sleep(200 * time.Millisecond)
+			}
 			review(w, r)
 			return
 		}

@@ -13,6 +13,7 @@ type Metrics struct {
 	fwdErrors *prometheus.CounterVec
 	merged    *prometheus.CounterVec
 	handBack  *prometheus.CounterVec
+	throttled *prometheus.CounterVec
 }
 
 // NewMetrics registers the proxy metrics with reg.
@@ -39,6 +40,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "skewgate_handback_connections_total",
 			Help: "Steered client connections asked to leave once steering was no longer wanted (a skew window closed, steering turned off), by how: connection_close (Connection: close or GOAWAY with an answer) or watch_end (a watch ended cleanly).",
 		}, []string{"how"}),
+		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_requests_throttled_total",
+			Help: "Requests skewgate answered 429 itself because the server chosen for them had as many short requests in flight as skewgate sends it (--local-max-requests-inflight, a peer's 400), by that server. Requests API Priority and Fairness isolates are never held.",
+		}, []string{"server"}),
 	}
 	// Every known label value exists from start-up at 0, so a panel or
 	// an alert's rate() has a series before the first event (Prometheus'
@@ -49,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, result := range []string{mergedHit, mergedMiss} {
 		m.merged.WithLabelValues(result)
 	}
-	reg.MustRegister(m.requests, m.duration, m.fwdErrors, m.merged, m.handBack)
+	reg.MustRegister(m.requests, m.duration, m.fwdErrors, m.merged, m.handBack, m.throttled)
 	return m
 }
 

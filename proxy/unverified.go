@@ -12,10 +12,12 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/utils/lru"
 
 	"github.com/skewgate/skewgate/proxy/forward"
 	"github.com/skewgate/skewgate/proxy/route"
@@ -33,11 +35,18 @@ import (
 // credentialTTL is how long an apiserver's verdict on a token is kept.
 const credentialTTL = 10 * time.Second
 
+// credentialCacheSize bounds the verdicts kept: a flood of distinct tokens
+// evicts the least recently used ones, one at a time, never everyone's.
+const credentialCacheSize = 4096
+
 // credentialCache keeps verdicts on tokens, by their hash, briefly and
-// boundedly.
+// boundedly, and makes one review at a time per token.
 type credentialCache struct {
-	mu       sync.Mutex
-	verdicts map[[32]byte]credentialVerdict
+	once     sync.Once
+	verdicts *lru.Cache
+	// reviews: one SelfSubjectReview in flight per token, whatever number
+	// of its requests arrive while it is made.
+	reviews singleflight.Group
 }
 
 type credentialVerdict struct {
@@ -48,24 +57,25 @@ type credentialVerdict struct {
 	at   time.Time
 }
 
+func (c *credentialCache) cache() *lru.Cache {
+	c.once.Do(func() { c.verdicts = lru.New(credentialCacheSize) })
+	return c.verdicts
+}
+
 func (c *credentialCache) get(key [32]byte, now time.Time) (credentialVerdict, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v, ok := c.verdicts[key]
-	if !ok || now.Sub(v.at) > credentialTTL {
+	got, ok := c.cache().Get(key)
+	if !ok {
+		return credentialVerdict{}, false
+	}
+	v := got.(credentialVerdict)
+	if now.Sub(v.at) > credentialTTL {
+		c.cache().Remove(key)
 		return credentialVerdict{}, false
 	}
 	return v, true
 }
 
-func (c *credentialCache) put(key [32]byte, v credentialVerdict) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.verdicts == nil || len(c.verdicts) >= 4096 {
-		c.verdicts = map[[32]byte]credentialVerdict{} // bounded: a flood of tokens costs lookups, not memory
-	}
-	c.verdicts[key] = v
-}
+func (c *credentialCache) put(key [32]byte, v credentialVerdict) { c.cache().Add(key, v) }
 
 // selfReview asks nothing but who the caller is; every authenticated user
 // may create one (system:basic-user, Kubernetes ≥ 1.28).
@@ -96,7 +106,7 @@ func (h *Handler) mayTell(w http.ResponseWriter, r *http.Request, x *exchange) b
 		Reason: "a caller skewgate did not verify gets the apiserver's own answer, not skewgate's"}
 	w.Header().Set(forward.HeaderRoute, string(route.Local))
 	forward.Forward(w, r, forward.Request{Candidates: h.members.Backends(x.decision.Servers), Anonymous: true,
-		SetIdentity: h.identity(x.caller, false), LongRunning: x.req.LongRunning()})
+		SetIdentity: h.identity(x.caller, false), LongRunning: x.req.LongRunning(), Overflow: h.throttle})
 	return false
 }
 
@@ -132,10 +142,27 @@ func (h *Handler) undecided(w http.ResponseWriter, r *http.Request, x *exchange,
 // proved them apiservers in the handshake (forward.ProveAPIServer), and only
 // in this review: to a peer, a caller's request goes as the reviewed user.
 func (h *Handler) tokenVerdict(ctx context.Context, auth string) credentialVerdict {
-	key, now := sha256.Sum256([]byte(auth)), time.Now()
-	if v, ok := h.tokens.get(key, now); ok {
+	key := sha256.Sum256([]byte(auth))
+	if v, ok := h.tokens.get(key, time.Now()); ok {
 		return v
 	}
+	// One review per token in flight; it runs detached from the caller
+	// that started it, so a caller that leaves fails none of the others
+	// waiting on the same review (it has its own 5 s bound per server).
+	review := h.tokens.reviews.DoChan(string(key[:]), func() (any, error) {
+		return h.review(context.WithoutCancel(ctx), auth, key), nil
+	})
+	select {
+	case res := <-review:
+		return res.Val.(credentialVerdict)
+	case <-ctx.Done():
+		return credentialVerdict{} // the caller left: nobody to answer
+	}
+}
+
+// review asks the servers in turn (see tokenVerdict) and keeps a
+// conclusive verdict.
+func (h *Handler) review(ctx context.Context, auth string, key [32]byte) credentialVerdict {
 	t := h.members.Table()
 	ids := append([]string{h.members.LocalID()}, healthyPeers(t)...)
 	if !t.Local.Healthy {
@@ -157,7 +184,7 @@ func (h *Handler) tokenVerdict(ctx context.Context, auth string) credentialVerdi
 		}
 		switch status {
 		case http.StatusCreated, http.StatusUnauthorized:
-			v := credentialVerdict{status: status, at: now}
+			v := credentialVerdict{status: status, at: time.Now()}
 			if u != nil {
 				v.user = Caller{User: u, identity: http.Header{}}
 				h.auth.rh.Names.set(v.user.identity, u)

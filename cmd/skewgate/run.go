@@ -93,7 +93,7 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.StringSliceVar(&o.proxy.TLSCipherSuites, "tls-cipher-suites", nil, "cipher suites, as kube-apiserver's flag (default: Go's); possible: "+strings.Join(cliflag.PreferredTLSCipherNames(), ", "))
 	f.IntVar(&o.proxy.HTTP2MaxStreams, "http2-max-streams-per-connection", 1000, "HTTP/2 concurrent streams per client connection, as kube-apiserver's flag")
 	f.Int64Var(&o.proxy.MaxConns, "max-connections", 20000, "client connections open at once before skewgate sheds load by failing open: steering is withdrawn (new connections reach the apiserver directly) and steered connections are handed back until fewer than 80 % remain (also past 90 % of the soft memory limit); 0 for no bound")
-	f.IntVar(&o.proxy.LocalMaxInFlight, "local-max-requests-inflight", 600, "short requests in flight to the local apiserver (kube-apiserver's --max-requests-inflight plus --max-mutating-requests-inflight); past it callers get 429 with Retry-After; 0 for no bound")
+	f.IntVar(&o.proxy.LocalMaxInFlight, "local-max-requests-inflight", 0, "short requests in flight to the local apiserver, including their time in its API Priority and Fairness queues (0: no bound, the default: APF decides who waits); past it callers get 429 with Retry-After, except requests APF exempts or isolates (system:masters, system:nodes, Leases, kube-controller-manager, kube-scheduler, kube-system service accounts, probes)")
 
 	f = fss.FlagSet("authentication")
 	f.StringVar(&o.proxy.Certs.ClientCA, "client-ca-file", "", "CA bundle verifying client certificates, as kube-apiserver's (required)")

@@ -76,9 +76,12 @@ type Request struct {
 	// End, if set, ends a watch's answer cleanly when it closes, between
 	// two events, as a watch the server timed out ends (see endAt).
 	End <-chan struct{}
-	// Busy, if set, answers a request the first candidate has no room
-	// for, instead of a plain 429.
-	Busy func(w http.ResponseWriter, r *http.Request, server string)
+	// Overflow, if set, decides a request the first candidate has no slot
+	// for (LimitInFlight): true sends it on without one (the caller is one
+	// API Priority and Fairness isolates, and the apiserver decides
+	// whether it waits); false means Overflow has answered it. Unset: a
+	// plain 429.
+	Overflow func(w http.ResponseWriter, r *http.Request, server string) bool
 }
 
 // Identity is how a request presents its caller to a set of backends: as
@@ -139,15 +142,15 @@ func Forward(w http.ResponseWriter, r *http.Request, fr Request) {
 	first := fr.Candidates[0]
 	if !fr.LongRunning {
 		release, ok := first.acquire()
-		if !ok {
-			if fr.Busy != nil {
-				fr.Busy(w, r, first.ID)
-				return
-			}
+		switch {
+		case ok:
+			defer release()
+		case fr.Overflow == nil:
 			TooMany(w, r, first.ID)
 			return
+		case !fr.Overflow(w, r, first.ID):
+			return
 		}
-		defer release()
 	}
 	loc := *first.URL
 	// The query too: UpgradeAwareHandler dials upgrades (exec, attach,
