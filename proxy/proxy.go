@@ -94,6 +94,9 @@ type Proxy struct {
 	Members *membership.Members
 	// Load is what skewgate carries against its bounds, for shedding.
 	Load *Load
+	// admission counts in Load only the connections whose caller proved
+	// who it is.
+	admission *Admission
 	// Upgrade says whether some node's apiserver upgrade has begun, as
 	// early as kubeadm's manifest shows it; Members' window reads it.
 	Upgrade *upgrade.Signal
@@ -158,18 +161,8 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 	}
 	reg.MustRegister(p.Members, certs)
 	p.Load = &Load{MaxConns: cfg.MaxConns}
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_client_connections", Help: "Client connections open to skewgate's listener."},
-			func() float64 { return float64(p.Load.Conns()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_shedding", Help: "1 while skewgate sheds load by failing open (steering withdrawn, steered connections handed back): near --max-connections or its soft memory limit."},
-			func() float64 {
-				if p.Load.shedding.Load() {
-					return 1
-				}
-				return 0
-			}),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "skewgate_shedding_episodes_total", Help: "Times skewgate began shedding load: an episode shorter than a scrape interval shows here, not in skewgate_shedding."},
-			func() float64 { return float64(p.Load.Episodes()) }))
+	p.admission = NewAdmission(p.Load)
+	registerLoad(reg, p.Load, p.admission)
 	rh := RequestHeader{CA: certs.RequestHeaderCA, AllowedNames: cfg.RequestHeaderAllowedNames, Names: cfg.HeaderNames, Self: p.trust.ClientCert}
 	p.handler = NewHandler(p.Members, certs.ClientCA, rh, NewMetrics(reg))
 	return p, nil
@@ -236,7 +229,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener, withdraw func() (que
 		go hb.run(ctx)
 	}
 	t.Serving, t.ClientCAs, t.Withdraw, t.EndLongRunning = p.certs.Serving, p.certs.AllClientCAs, withdraw, p.handler.EndLongRunning
-	t.ConnState = p.Load.ConnState
+	t.Admission = p.admission
 	err = Serve(ctx, ln, p.handler, t)
 	if p.cfg.StateFile != "" {
 		if serr := p.Members.SaveState(p.cfg.StateFile); serr != nil {
