@@ -91,7 +91,7 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 	f.StringVar(&o.proxy.TLSMinVersion, "tls-min-version", "", "minimum TLS version, as kube-apiserver's flag: "+strings.Join(cliflag.TLSPossibleVersions(), ", ")+" (default VersionTLS12)")
 	f.StringSliceVar(&o.proxy.TLSCipherSuites, "tls-cipher-suites", nil, "cipher suites, as kube-apiserver's flag (default: Go's); possible: "+strings.Join(cliflag.PreferredTLSCipherNames(), ", "))
 	f.IntVar(&o.proxy.HTTP2MaxStreams, "http2-max-streams-per-connection", 1000, "HTTP/2 concurrent streams per client connection, as kube-apiserver's flag")
-	f.Int64Var(&o.proxy.MaxConns, "max-connections", 20000, "client connections open at once before skewgate sheds load by failing open: steering is withdrawn (new connections reach the apiserver directly) and steered connections are handed back until fewer than 80 % remain (also past 90 % of the soft memory limit); 0 for no bound")
+	f.Int64Var(&o.proxy.MaxConns, "max-connections", 20000, "client connections open at once whose caller proved who it is (a verified client certificate, or a token an apiserver accepted; others are bounded per source address and never count) before skewgate sheds load by failing open: steering is withdrawn (new connections reach the apiserver directly) and steered connections are handed back until fewer than 80 % remain (also past 90 % of the soft memory limit); 0 for no bound")
 	f.IntVar(&o.proxy.LocalMaxInFlight, "local-max-requests-inflight", 600, "short requests in flight to the local apiserver (kube-apiserver's --max-requests-inflight plus --max-mutating-requests-inflight); past it callers get 429 with Retry-After; 0 for no bound")
 
 	f = fss.FlagSet("authentication")
