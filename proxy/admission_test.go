@@ -11,6 +11,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // Connections whose caller never proved who it is cannot make skewgate
@@ -72,8 +74,23 @@ func TestPendingConnectionsNeverShed(t *testing.T) {
 	if n := load.Conns(); n != 2 {
 		t.Errorf("%d connections counted after a rejected token's request, want 2", n)
 	}
+	// Over HTTP/2 as well: the connection's context reaches its streams.
+	h2 := &http.Client{Transport: &http2.Transport{
+		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{rig.client}, RootCAs: rig.roots, ServerName: "127.0.0.1"},
+		DialTLSContext: func(ctx context.Context, network, addr string, cfg *tls.Config) (net.Conn, error) {
+			d := tls.Dialer{NetDialer: &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}}, Config: cfg}
+			return d.DialContext(ctx, network, addr)
+		}}}
+	defer h2.CloseIdleConnections()
+	resp, err := h2.Get("https://" + rig.addr + "/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	waitFor(t, "3 connections counted, one of HTTP/2", func() bool { return load.Conns() == 3 })
+	h2.CloseIdleConnections()
 	cert.Close()
-	waitFor(t, "1 connection counted once the certificate client left", func() bool { return load.Conns() == 1 })
+	waitFor(t, "1 connection counted once the certificate clients left", func() bool { return load.Conns() == 1 })
 	if load.Episodes() != 0 {
 		t.Errorf("%d shedding episodes, want 0", load.Episodes())
 	}
