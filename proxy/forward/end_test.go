@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // watchUpstream streams two whole JSON events and half of a third, then
@@ -373,3 +376,40 @@ func TestFramedBodyPassesServerErrors(t *testing.T) {
 type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// skewgate offers each apiserver a stream window of streamWindow, not Go's
+// 4 MiB: that is what an apiserver may send ahead of a slow client, and it
+// waits in skewgate's memory, per watch.
+func TestUpstreamStreamWindow(t *testing.T) {
+	window := make(chan uint32, 1)
+	up := httptest.NewUnstartedServer(http.NotFoundHandler())
+	up.EnableHTTP2 = true
+	up.Config.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){"h2": func(_ *http.Server, c *tls.Conn, _ http.Handler) {
+		preface := make([]byte, len(http2.ClientPreface))
+		if _, err := io.ReadFull(c, preface); err != nil {
+			return
+		}
+		f, err := http2.NewFramer(io.Discard, c).ReadFrame()
+		if s, ok := f.(*http2.SettingsFrame); ok && err == nil {
+			v, _ := s.Value(http2.SettingInitialWindowSize)
+			window <- v
+		}
+	}}
+	up.StartTLS()
+	defer up.Close()
+	b := backendFor(t, "b", up, trustFor(t, up))
+	req, _ := http.NewRequest(http.MethodGet, up.URL+"/api", nil)
+	go func() {
+		if resp, err := b.Transport().RoundTrip(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	select {
+	case v := <-window:
+		if v != streamWindow {
+			t.Errorf("stream window offered to the apiserver: %d, want %d", v, streamWindow)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no SETTINGS frame from skewgate's transport")
+	}
+}
