@@ -88,7 +88,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w, rec := record(w)
 	h.handBack.tell(w, r)
 	x := &exchange{}
-	rec.show = func(code int, server string) bool { return x.mayKnowRoute(r, code, server) }
+	rec.show = func(code int, server string) bool {
+		// The same test says whether the caller proved who it is: its
+		// connection counts toward skewgate's bounds from then on.
+		show := x.mayKnowRoute(r, code, server)
+		if show {
+			authenticated(r.Context())
+		}
+		return show
+	}
 	h.serve(w, r, x)
 	rt, server := rec.route, rec.server
 	if rec.code == 0 { // an upgrade, or nothing written
@@ -144,6 +152,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, x *exchange) {
 		return
 	}
 	x.caller = caller
+	if caller.User != nil || caller.Peer {
+		authenticated(r.Context()) // before a long watch's answer begins
+	}
 	x.marked = r.Header.Get(PeerProxiedHeader) == "true"
 	h.auth.stripIdentity(r.Header)
 	if !headerListFits(r, h.auth.identityHeaders(caller)) {

@@ -60,22 +60,30 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // register registers every metric the proxy exports with reg, in one
 // place (docs/metrics.md lists them; TestMetricsDocumented holds the two
-// together): membership's and the certificates' collectors, the load's
-// gauges and the request metrics, which it returns.
-func register(reg prometheus.Registerer, members, certs prometheus.Collector, load *Load, sw *SteeringSwitch) *Metrics {
+// together): membership's and the certificates' collectors, the switch's
+// changes, what skewgate carries against its bounds (Load) and the
+// connections admission has not counted yet, and the request metrics,
+// which it returns.
+func register(reg prometheus.Registerer, members, certs prometheus.Collector, l *Load, a *Admission, sw *SteeringSwitch) *Metrics {
 	sw.register(reg)
 	reg.MustRegister(members, certs,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_client_connections", Help: "Client connections open to skewgate's listener."},
-			func() float64 { return float64(load.Conns()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_client_connections", Help: "Client connections open to skewgate's listener whose caller proved who it is (a verified client certificate, or a token an apiserver accepted): what --max-connections bounds."},
+			func() float64 { return float64(l.Conns()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_client_connections_pending", Help: "Client connections open to skewgate's listener whose caller has not proved who it is yet (TLS handshake under way, anonymous, or no request yet); bounded per source address and in total, never counted toward shedding."},
+			func() float64 { return float64(a.Pending()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "skewgate_client_connections_dropped_total", Help: "Pending client connections closed to make room for a newer one, the oldest first, at the bound reached: source (256 from one address) or total (a quarter of the soft memory limit at 64 KiB each).", ConstLabels: prometheus.Labels{"bound": "source"}},
+			func() float64 { return float64(a.dropped[boundSource].Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "skewgate_client_connections_dropped_total", Help: "Pending client connections closed to make room for a newer one, the oldest first, at the bound reached: source (256 from one address) or total (a quarter of the soft memory limit at 64 KiB each).", ConstLabels: prometheus.Labels{"bound": "total"}},
+			func() float64 { return float64(a.dropped[boundTotal].Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skewgate_shedding", Help: "1 while skewgate sheds load by failing open (steering withdrawn, steered connections handed back): near --max-connections or its soft memory limit."},
 			func() float64 {
-				if load.shedding.Load() {
+				if l.shedding.Load() {
 					return 1
 				}
 				return 0
 			}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "skewgate_shedding_episodes_total", Help: "Times skewgate began shedding load: an episode shorter than a scrape interval shows here, not in skewgate_shedding."},
-			func() float64 { return float64(load.Episodes()) }))
+			func() float64 { return float64(l.Episodes()) }))
 	return NewMetrics(reg)
 }
 

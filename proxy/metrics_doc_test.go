@@ -27,7 +27,8 @@ func registered(t *testing.T, pkg string, keep func(prometheus.Collector) bool) 
 		t.Fatal(err)
 	}
 	reg := docs.NewRecorder()
-	m := register(reg, members, describeOnly{&Certs{}}, &Load{}, &SteeringSwitch{})
+	l := &Load{}
+	m := register(reg, members, describeOnly{&Certs{}}, l, NewAdmission(l), &SteeringSwitch{})
 	// One series each, so that the registry gathers the vectors' types.
 	m.requests.WithLabelValues("local", "3", "get", "", "v1", "pods", "200")
 	m.duration.WithLabelValues("local", "127.0.0.1:6443")

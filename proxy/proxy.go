@@ -94,6 +94,9 @@ type Proxy struct {
 	Members *membership.Members
 	// Load is what skewgate carries against its bounds, for shedding.
 	Load *Load
+	// admission counts in Load only the connections whose caller proved
+	// who it is.
+	admission *Admission
 	// Upgrade says whether some node's apiserver upgrade has begun, as
 	// early as kubeadm's manifest shows it; Members' window reads it.
 	Upgrade *upgrade.Signal
@@ -157,7 +160,8 @@ func New(ctx context.Context, cfg Config, reg prometheus.Registerer) (*Proxy, er
 		p.Members.KeepState(ctx, cfg.StateFile, cfg.Log)
 	}
 	p.Load = &Load{MaxConns: cfg.MaxConns}
-	metrics := register(reg, p.Members, certs, p.Load, &p.Switch)
+	p.admission = NewAdmission(p.Load)
+	metrics := register(reg, p.Members, certs, p.Load, p.admission, &p.Switch)
 	rh := RequestHeader{CA: certs.RequestHeaderCA, AllowedNames: cfg.RequestHeaderAllowedNames, Names: cfg.HeaderNames, Self: p.trust.ClientCert}
 	p.handler = NewHandler(p.Members, certs.ClientCA, rh, metrics)
 	return p, nil
@@ -224,7 +228,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener, withdraw func() (que
 		go hb.run(ctx)
 	}
 	t.Serving, t.ClientCAs, t.Withdraw, t.EndLongRunning = p.certs.Serving, p.certs.AllClientCAs, withdraw, p.handler.EndLongRunning
-	t.ConnState = p.Load.ConnState
+	t.Admission = p.admission
 	err = Serve(ctx, ln, p.handler, t)
 	if p.cfg.StateFile != "" {
 		if serr := p.Members.SaveState(p.cfg.StateFile); serr != nil {

@@ -42,9 +42,14 @@ type TLS struct {
 	// EndLongRunning, if set, runs as the server shuts down: watches end
 	// instead of holding the shutdown until its timeout.
 	EndLongRunning func()
-	// ConnState, if set, learns of every client connection's state.
-	ConnState func(net.Conn, http.ConnState)
+	// Admission, if set, bounds the connections whose caller has not
+	// proved who it is, and counts the others in its Load.
+	Admission *Admission
 }
+
+// handshakeTimeout is how long a client has to finish its TLS handshake,
+// and an HTTP/1.1 request's header.
+const handshakeTimeout = 10 * time.Second
 
 // drainQueue is how long the listener keeps accepting after steering was
 // withdrawn: connections the kernel assigned to it just before are in its
@@ -75,15 +80,22 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, t TLS) error {
 	go ctrl.Run(1, ctx.Done())
 
 	srv := &http.Server{
-		Handler:           h,
-		TLSConfig:         &tls.Config{GetConfigForClient: ctrl.GetConfigForClient, NextProtos: base.NextProtos},
-		ReadHeaderTimeout: 30 * time.Second,
+		Handler:   h,
+		TLSConfig: &tls.Config{GetConfigForClient: ctrl.GetConfigForClient, NextProtos: base.NextProtos},
+		// Also the TLS handshake's deadline: a connection that never
+		// finishes one is pending (see Admission) for 10 s at most.
+		ReadHeaderTimeout: handshakeTimeout,
 		// An idle connection is closed, so no verdict on a client
 		// certificate outlives its use for long.
 		IdleTimeout:    90 * time.Second,
 		MaxHeaderBytes: FrontHeaderBytes,
 		ConnContext:    withConnVerdict,
-		ConnState:      t.ConnState,
+	}
+	if a := t.Admission; a != nil {
+		srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+			return a.ConnContext(withConnVerdict(ctx, c), c)
+		}
+		srv.ConnState = a.ConnState
 	}
 	if t.MaxStreams > 0 {
 		srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: t.MaxStreams}

@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"fmt"
-	"net"
-	"net/http"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync/atomic"
@@ -16,7 +14,8 @@ import (
 // it, which would reset every connection through it on the node whose
 // apiserver it covers.
 type Load struct {
-	// MaxConns bounds the client connections open at once (0: none).
+	// MaxConns bounds the client connections open at once whose caller
+	// proved who it is (0: none); others are Admission's to bound.
 	MaxConns int64
 	// HeapFraction is the share of the soft memory limit (GOMEMLIMIT) the
 	// heap may take before shedding (0: 0.9).
@@ -27,17 +26,8 @@ type Load struct {
 	episodes atomic.Int64
 }
 
-// ConnState counts client connections; it is an http.Server ConnState.
-func (l *Load) ConnState(_ net.Conn, st http.ConnState) {
-	switch st {
-	case http.StateNew:
-		l.conns.Add(1)
-	case http.StateClosed, http.StateHijacked:
-		l.conns.Add(-1)
-	}
-}
-
-// Conns is the client connections open now.
+// Conns is the client connections open now whose caller proved who it
+// is (see Admission).
 func (l *Load) Conns() int64 { return l.conns.Load() }
 
 // Episodes is how many times shedding began: an episode shorter than a

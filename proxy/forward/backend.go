@@ -159,11 +159,18 @@ var (
 	pingTimeout = 5 * time.Second
 )
 
+// streamWindow is how much of an answer an apiserver may send ahead of
+// what skewgate's client has read: it all waits in skewgate's memory.
+// Go's default, 4 MiB per stream, let each watch of a large object hold
+// megabytes for a slow client; 256 KiB still carries 250 MiB/s per stream
+// at 1 ms round trip.
+const streamWindow = 256 << 10
+
 func newTransport(u *url.URL, trust Trust) *http.Transport {
 	dialer := &net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		Proxy:               nil, // apiservers are reached directly, never via $HTTPS_PROXY
-		HTTP2:               &http.HTTP2Config{SendPingTimeout: pingAfter, PingTimeout: pingTimeout},
+		HTTP2:               &http.HTTP2Config{SendPingTimeout: pingAfter, PingTimeout: pingTimeout, MaxReceiveBufferPerStream: streamWindow},
 		DialContext:         dialer.DialContext,
 		TLSClientConfig:     tlsConfig(u.Hostname(), trust),
 		TLSHandshakeTimeout: 5 * time.Second,

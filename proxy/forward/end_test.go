@@ -4,20 +4,24 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
-	"testing/iotest"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // watchUpstream streams two whole JSON events and half of a third, then
-// waits: the shape of a watch caught mid-event.
-func watchUpstream(t *testing.T) *httptest.Server {
+// waits: the shape of a watch caught mid-event. Once asked closes it
+// finishes the third event and sends a fourth.
+func watchUpstream(t *testing.T, asked <-chan struct{}) *httptest.Server {
 	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
@@ -25,20 +29,29 @@ func watchUpstream(t *testing.T) *httptest.Server {
 		io.WriteString(w, `{"type":"ADDED","object":{"metadata":{"resourceVersion":"2"}}}`+"\n")
 		io.WriteString(w, `{"type":"ADDED","object":{"meta`)
 		w.(http.Flusher).Flush()
+		select {
+		case <-asked:
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, `data":{"resourceVersion":"3"}}}`+"\n")
+		io.WriteString(w, `{"type":"ADDED","object":{"metadata":{"resourceVersion":"4"}}}`+"\n")
+		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	}))
 	t.Cleanup(up.Close)
 	return up
 }
 
-// A watch whose End closes mid-event ends cleanly for the client, over
-// HTTP/2 and HTTP/1.1: whole events only, then the stream's normal end
-// (END_STREAM, the last chunk), not a reset.
+// A watch whose End closes mid-event ends cleanly for the client at the
+// end of that event, over HTTP/2 and HTTP/1.1: the stream's normal end
+// (END_STREAM, the last chunk), not a reset, and no byte of the next
+// event.
 func TestEndEndsAWatchBetweenEvents(t *testing.T) {
-	up := watchUpstream(t)
-	b := backendFor(t, "b", up, trustFor(t, up))
 	for _, h2 := range []bool{true, false} {
 		end := make(chan struct{})
+		up := watchUpstream(t, end)
+		b := backendFor(t, "b", up, trustFor(t, up))
 		front := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			Forward(w, r, Request{Candidates: []*Backend{b}, Idempotent: true, LongRunning: true, End: end})
 		}))
@@ -60,14 +73,14 @@ func TestEndEndsAWatchBetweenEvents(t *testing.T) {
 				t.Fatalf("%s: event %d: %q %v", resp.Proto, i, line, err)
 			}
 		}
-		time.Sleep(50 * time.Millisecond) // the half event is held back by now
+		time.Sleep(50 * time.Millisecond) // the half event is on its way
 		close(end)
 		rest, err := io.ReadAll(rd)
 		if err != nil {
 			t.Errorf("%s: the watch ended with %v, want a clean end", resp.Proto, err)
 		}
-		if len(rest) != 0 {
-			t.Errorf("%s: after the end the client read %q, want no partial event", resp.Proto, rest)
+		if want := `{"type":"ADDED","object":{"metadata":{"resourceVersion":"3"}}}` + "\n"; string(rest) != want {
+			t.Errorf("%s: after the end the client read %q, want the rest of the third event, %q", resp.Proto, rest, want)
 		}
 		resp.Body.Close()
 		front.Close()
@@ -162,38 +175,201 @@ func TestEndAtLeavesCompressedAnswers(t *testing.T) {
 	}
 }
 
-func TestWholeFrames(t *testing.T) {
-	frame := func(n int) []byte {
-		b := make([]byte, 4+n)
-		binary.BigEndian.PutUint32(b, uint32(n))
-		return b
+// frame is a protobuf watch event of n bytes, as the server frames it.
+func frame(n int) []byte {
+	b := make([]byte, 4+n)
+	binary.BigEndian.PutUint32(b, uint32(n))
+	for i := range n {
+		b[4+i] = byte(i%250) + 1
 	}
-	two := append(frame(3), frame(5)...)
+	return b
+}
+
+// The framers find every boundary between events however the stream is
+// split across reads, events of 1 MiB included, with a few bytes of state.
+func TestFramersFindBoundariesAcrossReads(t *testing.T) {
+	big := 1 << 20
+	jsonEvent := func(n int) []byte { return []byte(`{"x":"` + strings.Repeat("x", n) + `"}` + "\n") }
 	for _, tc := range []struct {
-		b    []byte
-		want int
-	}{{nil, 0}, {frame(3)[:2], 0}, {frame(3)[:6], 0}, {frame(3), 7}, {two, 16}, {append(two, frame(9)[:5]...), 16}, {frame(0), 4}} {
-		if got := wholeFrames(tc.b); got != tc.want {
-			t.Errorf("wholeFrames(%d bytes) = %d, want %d", len(tc.b), got, tc.want)
+		name   string
+		fr     func() framer
+		events [][]byte
+	}{
+		{"json", func() framer { return &lines{} }, [][]byte{jsonEvent(3), jsonEvent(big), jsonEvent(0), jsonEvent(9000)}},
+		{"protobuf", func() framer { return &frames{} }, [][]byte{frame(3), frame(big), frame(0), frame(9000)}},
+	} {
+		var stream []byte
+		var ends []int // where each event ends in stream
+		for _, e := range tc.events {
+			stream = append(stream, e...)
+			ends = append(ends, len(stream))
+		}
+		for _, chunk := range []int{1, 3, 4, 5, 4096, 8 << 10, len(stream)} {
+			fr := tc.fr()
+			var got []int
+			for off := 0; off < len(stream); {
+				b := stream[off:min(off+chunk, len(stream))]
+				n := fr.pass(b, true) // stop at each boundary: record it
+				if n == 0 {
+					t.Fatalf("%s, reads of %d: pass took nothing at %d", tc.name, chunk, off)
+				}
+				off += n
+				if fr.between() {
+					got = append(got, off)
+				}
+			}
+			if !slices.Equal(got, ends) {
+				t.Errorf("%s, reads of %d: boundaries at %v, want %v", tc.name, chunk, got, ends)
+			}
+			// Without stop it takes everything it is given.
+			fr = tc.fr()
+			if n := fr.pass(stream[:ends[1]+2], false); n != ends[1]+2 || fr.between() {
+				t.Errorf("%s: pass without stop took %d of %d, between %t", tc.name, n, ends[1]+2, fr.between())
+			}
 		}
 	}
-	if splitterFor("application/vnd.kubernetes.protobuf;stream=watch") == nil || splitterFor("application/json") == nil {
-		t.Error("the watch encodings have no splitter")
+	if framerFor("application/vnd.kubernetes.protobuf;stream=watch") == nil || framerFor("application/json") == nil {
+		t.Error("the watch encodings have no framer")
 	}
-	if splitterFor("application/cbor-seq") != nil || splitterFor("text/plain") != nil {
-		t.Error("an encoding of unknown framing got a splitter")
+	if framerFor("application/cbor-seq") != nil || framerFor("text/plain") != nil {
+		t.Error("an encoding of unknown framing got a framer")
 	}
 }
 
-// A server's own error is passed on after the whole events before it.
+// A watch asked to end mid-event passes the rest of that event, then ends
+// cleanly: the caller reads whole events only, the 1 MiB one included,
+// and nothing of the event after it.
+func TestFramedBodyEndsAtTheNextBoundary(t *testing.T) {
+	big := 1 << 20
+	for _, tc := range []struct {
+		name   string
+		fr     framer
+		events [][]byte
+	}{
+		{"json", &lines{}, [][]byte{[]byte(`{"a":1}` + "\n"), []byte(`{"big":"` + strings.Repeat("x", big) + `"}` + "\n"), []byte(`{"b":2}` + "\n")}},
+		{"protobuf", &frames{}, [][]byte{frame(7), frame(big), frame(9)}},
+	} {
+		pr, pw := io.Pipe()
+		end := make(chan struct{})
+		f := newFramedBody(pr, end, tc.fr)
+		go func() {
+			pw.Write(tc.events[0])
+			pw.Write(tc.events[1][:1000]) // the big event begins
+			<-end
+			pw.Write(tc.events[1][1000:]) // and finishes after the end was asked
+			pw.Write(tc.events[2])        // never passed on
+			pw.Close()
+		}()
+		p := make([]byte, 8<<10)
+		var got []byte
+		for len(got) < len(tc.events[0])+1000 {
+			n, err := f.Read(p)
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			got = append(got, p[:n]...)
+		}
+		close(end)
+		for {
+			n, err := f.Read(p)
+			got = append(got, p[:n]...)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: ended with %v, want io.EOF", tc.name, err)
+			}
+		}
+		f.Close()
+		if want := append(slices.Clone(tc.events[0]), tc.events[1]...); !bytes.Equal(got, want) {
+			t.Errorf("%s: read %d bytes, want the %d of the first two events", tc.name, len(got), len(want))
+		}
+	}
+}
+
+// A watch asked to end whose event stalls midway is cut after
+// stalledEventCut (an error, which aborts the answer); one asked to end
+// between events ends at once.
+func TestFramedBodyCutsAStalledEvent(t *testing.T) {
+	defer func(d time.Duration) { stalledEventCut = d }(stalledEventCut)
+	stalledEventCut = 200 * time.Millisecond
+	for _, mid := range []bool{true, false} {
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		end := make(chan struct{})
+		f := newFramedBody(pr, end, &lines{})
+		ev := `{"a":1}` + "\n"
+		if mid {
+			ev += `{"half`
+		}
+		go pw.Write([]byte(ev))
+		p := make([]byte, 64)
+		if n, err := f.Read(p); err != nil || n != len(ev) {
+			t.Fatalf("read %d, %v", n, err)
+		}
+		start := time.Now()
+		close(end)
+		_, err := f.Read(p)
+		took := time.Since(start)
+		switch {
+		case mid && !errors.Is(err, errStalledEvent):
+			t.Errorf("stalled midway: %v, want errStalledEvent", err)
+		case mid && took < stalledEventCut:
+			t.Errorf("stalled midway: cut after %s, want %s", took, stalledEventCut)
+		case !mid && (err != io.EOF || took > stalledEventCut):
+			t.Errorf("between events: %v after %s, want io.EOF at once", err, took)
+		}
+		f.Close()
+	}
+}
+
+// However large an event, passing it on allocates nothing: a watch holds
+// no copy of what it carried.
+func TestFramedBodyHoldsNoEvent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fr   framer
+		ev   []byte
+	}{
+		{"json", &lines{}, []byte(`{"big":"` + strings.Repeat("x", 1<<20) + `"}` + "\n")},
+		{"protobuf", &frames{}, frame(1 << 20)},
+	} {
+		src := &repeater{ev: tc.ev}
+		f := newFramedBody(io.NopCloser(src), make(chan struct{}), tc.fr)
+		p := make([]byte, 8<<10)
+		allocs := testing.AllocsPerRun(5, func() {
+			for range len(tc.ev)/len(p) + 1 {
+				f.Read(p)
+			}
+		})
+		f.Close()
+		if allocs > 0 {
+			t.Errorf("%s: %.0f allocations passing on a 1 MiB event", tc.name, allocs)
+		}
+	}
+}
+
+// repeater streams ev over and over.
+type repeater struct {
+	ev  []byte
+	off int
+}
+
+func (r *repeater) Read(p []byte) (int, error) {
+	n := copy(p, r.ev[r.off:])
+	r.off = (r.off + n) % len(r.ev)
+	return n, nil
+}
+
+// A server's own error is passed on after what it sent.
 func TestFramedBodyPassesServerErrors(t *testing.T) {
 	boom := errors.New("boom")
 	body := io.NopCloser(io.MultiReader(strings.NewReader("{\"a\":1}\n{\"b\""), errReader{boom}))
-	f := newFramedBody(body, make(chan struct{}), wholeLines)
+	f := newFramedBody(body, make(chan struct{}), &lines{})
 	defer f.Close()
 	got, err := io.ReadAll(f)
-	if !errors.Is(err, boom) || string(got) != "{\"a\":1}\n" {
-		t.Errorf("read %q, %v; want the whole event, then the server's error", got, err)
+	if !errors.Is(err, boom) || string(got) != "{\"a\":1}\n{\"b\"" {
+		t.Errorf("read %q, %v; want what the server sent, then its error", got, err)
 	}
 }
 
@@ -201,45 +377,39 @@ type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
-// Events reach the caller whole and intact however the server's bytes
-// arrive and whatever the caller reads at once: one byte at a time, an
-// event longer than the read buffer, many events in one read.
-func TestFramedBodyEventsWhateverTheReads(t *testing.T) {
-	events := []string{`{"a":1}`, `{"big":"` + strings.Repeat("x", 3*framedBufSize) + `"}`, `{"b":2}`}
-	var all strings.Builder
-	for range 100 {
-		for _, e := range events {
-			all.WriteString(e + "\n")
+// skewgate offers each apiserver a stream window of streamWindow, not Go's
+// 4 MiB: that is what an apiserver may send ahead of a slow client, and it
+// waits in skewgate's memory, per watch.
+func TestUpstreamStreamWindow(t *testing.T) {
+	window := make(chan uint32, 1)
+	up := httptest.NewUnstartedServer(http.NotFoundHandler())
+	up.EnableHTTP2 = true
+	up.Config.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){"h2": func(_ *http.Server, c *tls.Conn, _ http.Handler) {
+		preface := make([]byte, len(http2.ClientPreface))
+		if _, err := io.ReadFull(c, preface); err != nil {
+			return
 		}
-	}
-	for _, tc := range []struct {
-		name string
-		src  io.Reader
-		p    int
-	}{
-		{"byte by byte", iotest.OneByteReader(strings.NewReader(all.String())), 7},
-		{"half reads", iotest.HalfReader(strings.NewReader(all.String())), 32 << 10},
-		{"whole", strings.NewReader(all.String()), 1 << 20},
-	} {
-		f := newFramedBody(io.NopCloser(tc.src), make(chan struct{}), wholeLines)
-		var got bytes.Buffer
-		p := make([]byte, tc.p)
-		for {
-			n, err := f.Read(p)
-			got.Write(p[:n])
-			if n > 0 && p[n-1] != '\n' && n < tc.p {
-				t.Fatalf("%s: a read ended mid-event: %q", tc.name, p[max(0, n-10):n])
-			}
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", tc.name, err)
-			}
+		f, err := http2.NewFramer(io.Discard, c).ReadFrame()
+		if s, ok := f.(*http2.SettingsFrame); ok && err == nil {
+			v, _ := s.Value(http2.SettingInitialWindowSize)
+			window <- v
 		}
-		f.Close()
-		if got.String() != all.String() {
-			t.Errorf("%s: read %d bytes, want the %d sent", tc.name, got.Len(), all.Len())
+	}}
+	up.StartTLS()
+	defer up.Close()
+	b := backendFor(t, "b", up, trustFor(t, up))
+	req, _ := http.NewRequest(http.MethodGet, up.URL+"/api", nil)
+	go func() {
+		if resp, err := b.Transport().RoundTrip(req); err == nil {
+			resp.Body.Close()
 		}
+	}()
+	select {
+	case v := <-window:
+		if v != streamWindow {
+			t.Errorf("stream window offered to the apiserver: %d, want %d", v, streamWindow)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no SETTINGS frame from skewgate's transport")
 	}
 }
