@@ -215,6 +215,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", source, err)
 	}
 	p.watchSwitch(ctx, client)
+	p.watchBuiltIn(ctx, rc)
 	p.Members.ClusterListed()
 	return nil
 }

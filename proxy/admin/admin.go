@@ -144,7 +144,13 @@ type RoutesView struct {
 	// StateFile is how the state file's last write went (absent: no
 	// state file is kept).
 	StateFile *membership.StateFileStatus `json:"stateFile,omitempty"`
-	Extra     map[string]any              `json:"extra,omitempty"`
+	// BuiltIn is which groups count as kube-apiserver's own, and from
+	// where (nil from a skewgate before it said so).
+	BuiltIn *membership.BuiltInView `json:"builtIn,omitempty"`
+	// Releases are what each version the cluster ran served, as read
+	// from its servers: what rollback-plan compares.
+	Releases []membership.Release `json:"releases,omitempty"`
+	Extra    map[string]any       `json:"extra,omitempty"`
 }
 
 // WindowView is the skew window in /debug/routes.
@@ -210,6 +216,8 @@ func Routes(m *membership.Members, extra map[string]Extra) RoutesView {
 	if sf, ok := m.StateFile(); ok {
 		v.StateFile = &sf
 	}
+	b := m.BuiltIn()
+	v.BuiltIn, v.Releases = &b, m.Releases()
 	for k, f := range extra {
 		v.Extra[k] = f()
 	}
