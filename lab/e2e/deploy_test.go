@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/skewgate/skewgate/proxy/membership"
 	upgradesignal "github.com/skewgate/skewgate/proxy/upgrade"
 )
 
@@ -197,7 +198,8 @@ func checkSecureAdmin(t *testing.T, ds *unstructured.Unstructured) {
 // TestDeployRBAC creates the base's ServiceAccount and RBAC on node-b for
 // real and acts as the ServiceAccount: what skewgate reads is allowed
 // (list and watch of the ConfigMap by a metadata.name field selector
-// included, which resourceNames permits), anything more is forbidden.
+// included, which resourceNames permits, and of the built-in APIServices),
+// anything more is forbidden (an APIService's get, update or create too).
 func TestDeployRBAC(t *testing.T) {
 	ctx := context.Background()
 	cfg := restConfig(t, node(t, "node-b").URL())
@@ -224,6 +226,8 @@ func TestDeployRBAC(t *testing.T) {
 	sa := rest.CopyConfig(cfg)
 	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:kube-system:skewgate"}
 	c := kubernetes.NewForConfigOrDie(sa)
+	apiServices := dynamic.NewForConfigOrDie(sa).Resource(membership.APIServicesGVR)
+	onStart := metav1.ListOptions{LabelSelector: membership.AutoManagedLabel + "=" + membership.AutoManagedOnStart}
 	byName := metav1.ListOptions{FieldSelector: "metadata.name=extension-apiserver-authentication"}
 	allowed := map[string]func() error{
 		"list endpointslices in default": func() error {
@@ -291,8 +295,23 @@ func TestDeployRBAC(t *testing.T) {
 		"watch the steering switch by name": func() error {
 			return watchOnce(c.CoreV1().ConfigMaps("kube-system").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=skewgate"}))
 		},
+		// The groups kube-apiserver serves itself (proxy/membership/builtin.go).
+		"list the built-in apiservices":  func() error { _, err := apiServices.List(ctx, onStart); return err },
+		"watch the built-in apiservices": func() error { return watchOnce(apiServices.Watch(ctx, onStart)) },
 	}
 	forbidden := map[string]func() error{
+		"get an apiservice": func() error { _, err := apiServices.Get(ctx, "v1.apps", metav1.GetOptions{}); return err },
+		"update an apiservice": func() error {
+			_, err := apiServices.Update(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+				"metadata": map[string]any{"name": "v1.apps"}}}, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		},
+		"create an apiservice": func() error {
+			_, err := apiServices.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+				"metadata": map[string]any{"name": "v1.rbac-check.example.com"}, "spec": map[string]any{"group": "rbac-check.example.com", "version": "v1", "groupPriorityMinimum": 1000, "versionPriority": 15}}},
+				metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		},
 		"list every configmap in kube-system": func() error {
 			_, err := c.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{})
 			return err
