@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -195,5 +196,52 @@ func TestBuiltInWithoutAPIServices(t *testing.T) {
 	}
 	if b := m.BuiltIn(); b.Source != BuiltInFromAPIServices || !m.Table().BuiltIn.BuiltIn("futuristic.k8s.io") {
 		t.Errorf("read after the restore: %+v; want the apiservices, the restored groups kept", b)
+	}
+}
+
+// TestReleasesSurviveRestart: what each version served is kept in the
+// state file with the built-in groups (layout 1 gains fields only: a file
+// without them restores as before), and a restart keeps what it reads
+// itself over what it restored.
+func TestReleasesSurviveRestart(t *testing.T) {
+	u := func(h string) *url.URL { return &url.URL{Scheme: "https", Host: h} }
+	path := filepath.Join(t.TempDir(), "state.json")
+	first, err := New(Config{Local: u("127.0.0.1:6443")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthy(first, first.localID, v137Doc(t), time.Now())
+	first.noteRelease(first.localID, "v1.37.2")
+	if err := first.SaveState(path); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil || !strings.Contains(string(data), `"version":1,`) || !strings.Contains(string(data), `"releases":[{"version":"v1.37.2"`) {
+		t.Fatalf("state file: %v\n%.300s", err, data)
+	}
+	next, err := New(Config{Local: u("127.0.0.1:6443")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthy(next, next.localID, newReleaseDoc(t), time.Now())
+	next.noteRelease(next.localID, "v1.99.0")
+	if _, err := next.Restore(path); err != nil {
+		t.Fatal(err)
+	}
+	rs := next.Releases()
+	if len(rs) != 2 || rs[0].Version != "v1.37.2" || rs[1].Version != "v1.99.0" || !slices.Equal(rs[0].Types, first.Releases()[0].Types) {
+		t.Fatalf("restored releases: %+v", rs)
+	}
+	if slices.Contains(rs[0].Types, "futuristic.k8s.io/v1/widgets") || len(rs[0].Types) < 50 {
+		t.Errorf("v1.37.2: %d types %v", len(rs[0].Types), rs[0].Types)
+	}
+
+	// A file of an older skewgate: no releases, no groups.
+	if err := os.WriteFile(path, []byte(`{"version":1,"servers":[]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := New(Config{Local: u("127.0.0.1:6443")})
+	if _, err := old.Restore(path); err != nil || len(old.Releases()) != 0 || old.BuiltIn().Source != BuiltInCompiled {
+		t.Errorf("older file: %v, %+v, %+v", err, old.Releases(), old.BuiltIn())
 	}
 }
