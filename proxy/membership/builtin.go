@@ -50,12 +50,16 @@ type builtIns struct {
 	source string
 }
 
-// BuiltInView is which groups count as built in, and from where.
+// BuiltInView is which groups count as built in, and from where; the
+// groups of the release skewgate was built with count as well
+// (route.CompiledBuiltIn).
 type BuiltInView struct {
 	// Source is apiservices (the cluster's, now), state file (an earlier
 	// run read them; the cluster's are not read yet) or compiled
-	// (neither: the groups of the release skewgate was built with).
-	Source string   `json:"source"`
+	// (neither: only the groups of the release skewgate was built with).
+	Source string `json:"source"`
+	// Groups are the groups the cluster's APIServices named, every one
+	// seen.
 	Groups []string `json:"groups,omitempty"`
 }
 

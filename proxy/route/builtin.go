@@ -9,28 +9,25 @@ import "k8s.io/client-go/kubernetes/scheme"
 // release registers it, without a new skewgate.
 type BuiltInGroups map[string]bool
 
-// BuiltIn reports whether group is served by kube-apiserver itself: the
-// core group and the extension and aggregation layers' own groups always;
-// any other group as the cluster's APIServices said (groups), or, while
-// they were never read (groups nil), as CompiledBuiltIn says. CRD groups
-// — even those under k8s.io, such as gateway.networking.k8s.io — and
-// APIService-backed groups such as metrics.k8s.io are not built in: every
-// server serves them from the same etcd and aggregator configuration.
+// BuiltIn reports whether group is served by kube-apiserver itself: a
+// group the cluster's APIServices named (groups; nil while they were
+// never read) or one CompiledBuiltIn knows. The compiled groups stay in
+// even when the APIServices are read: a server of the previous release
+// that starts after one of a newer release deletes the newer one's
+// registrations, and a skewgate without a state file must still know its
+// own release's groups then. CRD groups — even those under k8s.io, such
+// as gateway.networking.k8s.io — and APIService-backed groups such as
+// metrics.k8s.io are not built in: every server serves them from the same
+// etcd and aggregator configuration.
 func (groups BuiltInGroups) BuiltIn(group string) bool {
-	switch group {
-	case "", "apiextensions.k8s.io", "apiregistration.k8s.io":
-		return true
-	}
-	if groups == nil {
-		return CompiledBuiltIn(group)
-	}
-	return groups[group]
+	return groups[group] || CompiledBuiltIn(group)
 }
 
-// CompiledBuiltIn is the fallback when the cluster's APIServices cannot be
-// read: the groups of client-go's scheme, the built-in groups of the
-// release skewgate was built with (alpha ones included). A group only a
-// newer release adds is not known to it.
+// CompiledBuiltIn reports whether group is the core group, one of the
+// extension and aggregation layers' own, or a group of client-go's scheme:
+// the built-in groups of the release skewgate was built with (alpha ones
+// included), all it knows when the cluster's APIServices cannot be read.
+// A group only a newer release adds is not among them.
 func CompiledBuiltIn(group string) bool {
 	switch group {
 	case "", "apiextensions.k8s.io", "apiregistration.k8s.io":
