@@ -215,8 +215,10 @@ func (p *Proxy) Start(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", source, err)
 	}
 	p.watchSwitch(ctx, client)
-	p.watchBuiltIn(ctx, rc)
 	p.Members.ClusterListed()
+	// Not awaited: until the APIServices are read, the state file's groups
+	// and the compiled ones count.
+	go p.watchBuiltIn(ctx, rc)
 	return nil
 }
 
