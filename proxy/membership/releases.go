@@ -72,6 +72,12 @@ func (m *Members) recordRelease(id, version string, caps *discovery.Capabilities
 		m.releases = map[string]Release{}
 	}
 	m.releases[version] = r
+	m.trimReleases()
+}
+
+// trimReleases drops the releases read longest ago past maxReleases. Call
+// with m.mu held.
+func (m *Members) trimReleases() {
 	for len(m.releases) > maxReleases {
 		oldest := slices.MinFunc(slices.Collect(maps.Values(m.releases)), func(a, b Release) int { return a.Read.Compare(b.Read) })
 		delete(m.releases, oldest.Version)
@@ -92,6 +98,7 @@ func (m *Members) restoreReleases(saved []Release) {
 		}
 		m.releases[r.Version] = r
 	}
+	m.trimReleases()
 }
 
 // Releases returns what each version the cluster ran served, as this

@@ -98,7 +98,7 @@ func (m *Members) SaveState(path string) error {
 		}
 		st.Servers = append(st.Servers, saved)
 	}
-	if m.builtIn.groups != nil && m.builtIn.source != BuiltInCompiled {
+	if m.builtIn.groups != nil {
 		st.BuiltInGroups = slices.Sorted(maps.Keys(m.builtIn.groups))
 	}
 	for _, v := range slices.Sorted(maps.Keys(m.releases)) {
