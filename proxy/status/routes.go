@@ -103,9 +103,26 @@ func PrintRoutes(out io.Writer, v admin.RoutesView, all bool) {
 		fmt.Fprintf(out, "(%d resources answered by the local server; --all lists them)\n", local)
 	}
 	printGrace(out, v)
+	printBuiltIn(out, v)
 	for k, e := range v.Extra {
 		data, _ := json.Marshal(e)
 		fmt.Fprintf(out, "%s: %s\n", k, data)
+	}
+}
+
+// printBuiltIn says where the built-in groups come from and which
+// releases skewgate recorded (what rollback-plan can compare).
+func printBuiltIn(out io.Writer, v admin.RoutesView) {
+	if v.BuiltIn == nil {
+		return
+	}
+	fmt.Fprintf(out, "\nbuilt-in groups: %d from %s", len(v.BuiltIn.Groups), v.BuiltIn.Source)
+	if v.BuiltIn.Source == membership.BuiltInCompiled {
+		fmt.Fprint(out, " (the cluster's APIServices not read: a group only a newer release adds does not count)")
+	}
+	fmt.Fprintln(out)
+	for _, r := range v.Releases {
+		fmt.Fprintf(out, "release %s: %d built-in types, read from %s at %s\n", r.Version, len(r.Types), r.Server, r.Read.UTC().Format(time.RFC3339))
 	}
 }
 
