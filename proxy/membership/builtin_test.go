@@ -102,7 +102,8 @@ func upgrading(t *testing.T, apiServicesRead bool) (*Members, string) {
 // cluster's APIServices, not from what skewgate was compiled with. While
 // it restarts onto that release (down, then not read yet), its group
 // answers rule 5's 503, not the local server's false 404; once it serves
-// it, the members' built-in types differ (the window) and its clients go
+// it, the members' built-in types differ (the window opens after its
+// debounce) and its clients go
 // to it (rule 4), and what the release serves is recorded. A CRD's group
 // nobody serves keeps its genuine 404. Without the APIServices (the
 // compiled groups) each of these went wrong: a 404, no difference.
@@ -123,8 +124,8 @@ func TestANewReleaseIsAnUpgrade(t *testing.T) {
 	for _, st := range m.Statuses() {
 		statuses[st.ID] = st
 	}
-	if s := skewOf(m.Table(), statuses); !strings.Contains(s.serves, "futuristic.k8s.io/v1/widgets") {
-		t.Errorf("skew = %+v, want the built-in types to differ by futuristic.k8s.io/v1/widgets", s)
+	if w := windowOf(m.Table(), statuses); !w.Open || !strings.Contains(w.Reason, "futuristic.k8s.io/v1/widgets") {
+		t.Errorf("window %+v, want open: the built-in types differ by futuristic.k8s.io/v1/widgets", w)
 	}
 	rs := m.Releases()
 	if len(rs) != 1 || rs[0].Version != "v1.99.0" || !slices.Contains(rs[0].Types, "futuristic.k8s.io/v1/widgets") || !slices.Contains(rs[0].Types, "batch/v1/jobs") {
@@ -140,9 +141,26 @@ func TestANewReleaseIsAnUpgrade(t *testing.T) {
 	for _, st := range m.Statuses() {
 		statuses[st.ID] = st
 	}
-	if s := skewOf(m.Table(), statuses); s.serves != "" {
-		t.Errorf("compiled groups: skew %+v, want no difference (the window the APIServices open)", s)
+	if w := windowOf(m.Table(), statuses); w.Open {
+		t.Errorf("compiled groups: window %+v, want closed (the window the APIServices open)", w)
 	}
+}
+
+// windowOf is the window a table makes when it lasted past the debounce.
+// The versions are left out, so that what the servers serve is all that
+// can open it (as between servers of one version with other
+// --runtime-config).
+func windowOf(t *route.Table, statuses map[string]Status) Window {
+	for id, st := range statuses {
+		st.Version = ""
+		statuses[id] = st
+	}
+	var w skewWatch
+	rules := windowRules{hold: 10 * time.Minute, debounce: 30 * time.Second}
+	t0 := time.Unix(1_800_000_000, 0)
+	w.note(skewOf(t, statuses), t0)
+	w.note(skewOf(t, statuses), t0.Add(31*time.Second))
+	return w.at(t0.Add(31*time.Second), rules, "")
 }
 
 // TestBuiltInWithoutAPIServices: when the cluster's APIServices cannot
