@@ -208,6 +208,9 @@ func (p *Proxy) Start(ctx context.Context) error {
 	}
 	p.watchSwitch(ctx, client)
 	p.Members.ClusterListed()
+	// Not awaited: until the APIServices are read, the state file's groups
+	// and the compiled ones count.
+	go p.watchBuiltIn(ctx, rc)
 	return nil
 }
 

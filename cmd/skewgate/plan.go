@@ -58,8 +58,7 @@ func newRollbackPlanCmd() *cobra.Command {
 			if to == "" {
 				return usageError{cmd.CommandPath(), fmt.Errorf("--to is required: the version the apiservers roll back to")}
 			}
-			target, err := plan.BuiltinTypes(to)
-			if err != nil {
+			if err := plan.CheckVersion(to); err != nil {
 				return usageError{cmd.CommandPath(), fmt.Errorf("--to: %w", err)}
 			}
 			c, err := o.cluster(cmd)
@@ -67,26 +66,33 @@ func newRollbackPlanCmd() *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
+			warn := func(what string, errs ...error) {
+				for _, e := range errs {
+					if e != nil {
+						fmt.Fprintln(cmd.ErrOrStderr(), what+":", e)
+					}
+				}
+			}
+			// What each version served is what the nodes' skewgates read
+			// from the servers, not a table compiled into this binary.
+			adv, err := plan.AdvertiseAddresses(ctx, c)
+			warn("nodes", err)
+			nodes := plan.Nodes(adv, o.admins, o.adminPort)
+			releases, errs := plan.ReadReleases(ctx, c, nodes)
+			warn("releases", errs...)
+			target, err := plan.TargetOf(to, releases)
+			if err != nil {
+				return fmt.Errorf("--to: %w", err)
+			}
 			var usage plan.Usage
 			if o.prometheus != "" {
 				if usage, err = plan.PrometheusUsage(ctx, nil, o.prometheus); err != nil {
-					fmt.Fprintln(cmd.ErrOrStderr(), "requests:", err)
+					warn("requests", err)
 				}
 			}
-			if usage == nil {
-				// Without the members, only --admin listeners can be read.
-				adv, err := plan.AdvertiseAddresses(ctx, c)
-				errs := []error{err}
-				if nodes := plan.Nodes(adv, o.admins, o.adminPort); len(nodes) > 0 {
-					var more []error
-					usage, more = plan.ScrapeUsage(ctx, c, nodes)
-					errs = append(errs, more...)
-				}
-				for _, e := range errs {
-					if e != nil {
-						fmt.Fprintln(cmd.ErrOrStderr(), "requests:", e)
-					}
-				}
+			if usage == nil && len(nodes) > 0 {
+				usage, errs = plan.ScrapeUsage(ctx, c, nodes)
+				warn("requests", errs...)
 			}
 			p, err := plan.Rollback(ctx, c, target, usage)
 			if err != nil {
@@ -100,7 +106,7 @@ func newRollbackPlanCmd() *cobra.Command {
 		},
 	}
 	o.add(cmd.Flags())
-	cmd.Flags().StringVar(&to, "to", "", "the version the apiservers roll back to, e.g. v1.35.4 (built-in types are known for v1.35 and v1.36)")
+	cmd.Flags().StringVar(&to, "to", "", "the version the apiservers roll back to, e.g. v1.35.4 or v1.35: any version the cluster's skewgates saw a kube-apiserver run (their /debug/routes releases)")
 	return cmd
 }
 

@@ -347,7 +347,7 @@ switchPolicy: {enabled: true, writers: [ops]}
 	}
 	for _, key := range []string{
 		"RoleBinding default/skewgate", "RoleBinding kube-system/skewgate", "RoleBinding skewgate/skewgate",
-		"ClusterRoleBinding <nil>/skewgate:auth-delegator",
+		"ClusterRoleBinding <nil>/skewgate:auth-delegator", "ClusterRoleBinding <nil>/skewgate",
 	} {
 		subj := as[rbacv1.RoleBinding](t, objs, key).Subjects
 		if len(subj) != 1 || subj[0].Kind != rbacv1.UserKind || subj[0].Name != "system:skewgate-cp" {

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/skewgate/skewgate/proxy/membership"
 	upgradesignal "github.com/skewgate/skewgate/proxy/upgrade"
 )
 
@@ -254,7 +255,8 @@ func allowedFor(ctx context.Context, c kubernetes.Interface, a access) (bool, st
 // proxy/upgrade, the admin listener's delegation) is allowed; writing the
 // controller-manager's, the scheduler's or an apiserver's Lease, creating
 // any Lease in kube-system, reading every ConfigMap or a Secret, writing
-// the switch, patching or deleting its leases wholesale are denied. It then
+// the switch, patching or deleting its leases wholesale, and anything on
+// APIServices but listing and watching them, are denied. It then
 // acts as the ServiceAccount (impersonated) for the reads and its
 // lease's life, and is refused the rest: the review and the request agree.
 func TestDeployRBAC(t *testing.T) {
@@ -307,6 +309,8 @@ func TestDeployRBAC(t *testing.T) {
 		access{"list", "discovery.k8s.io", "endpointslices", "default", ""}, access{"watch", "discovery.k8s.io", "endpointslices", "default", ""},
 		access{"create", "authentication.k8s.io", "tokenreviews", "", ""},
 		access{"create", "authorization.k8s.io", "subjectaccessreviews", "", ""},
+		// The groups kube-apiserver serves itself (proxy/membership/builtin.go).
+		access{"list", "apiregistration.k8s.io", "apiservices", "", ""}, access{"watch", "apiregistration.k8s.io", "apiservices", "", ""},
 	)
 	for _, name := range []string{"kube-controller-manager", "kube-scheduler", apiserverLease} {
 		for _, v := range []string{"update", "patch", "delete"} {
@@ -329,6 +333,9 @@ func TestDeployRBAC(t *testing.T) {
 		access{"get", "batch", "jobs", "kube-system", "upgrade-health-check"}, access{"list", "batch", "jobs", "default", ""},
 		access{"get", "discovery.k8s.io", "endpointslices", "default", "kubernetes"},
 		access{"delete", "discovery.k8s.io", "endpointslices", "default", "kubernetes"},
+		access{"get", "apiregistration.k8s.io", "apiservices", "", "v1.apps"},
+		access{"update", "apiregistration.k8s.io", "apiservices", "", "v1.apps"},
+		access{"create", "apiregistration.k8s.io", "apiservices", "", ""},
 	)
 	for _, a := range allowed {
 		if ok, reason, err := allowedFor(ctx, admin, a); err != nil || !ok {
@@ -344,8 +351,12 @@ func TestDeployRBAC(t *testing.T) {
 	sa := rest.CopyConfig(cfg)
 	sa.Impersonate = rest.ImpersonationConfig{UserName: skewgateSA.name, Groups: skewgateSA.groups}
 	c := kubernetes.NewForConfigOrDie(sa)
+	apiServices := dynamic.NewForConfigOrDie(sa).Resource(membership.APIServicesGVR)
+	onStart := metav1.ListOptions{LabelSelector: membership.AutoManagedLabel + "=" + membership.AutoManagedOnStart}
 	byName := metav1.ListOptions{FieldSelector: "metadata.name=extension-apiserver-authentication"}
 	requests := map[string]func() error{
+		"list the built-in apiservices":  func() error { _, err := apiServices.List(ctx, onStart); return err },
+		"watch the built-in apiservices": func() error { return watchOnce(apiServices.Watch(ctx, onStart)) },
 		"list endpointslices in default": func() error {
 			_, err := c.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"})
 			return err

@@ -145,6 +145,12 @@ type RoutesView struct {
 	// Steering is the kernel side's state (absent without steering, and
 	// from a skewgate before v0.2, which had an untyped "extra").
 	Steering *SteeringView `json:"steering,omitempty"`
+	// BuiltIn is which groups count as kube-apiserver's own, and from
+	// where (nil from a skewgate before it said so).
+	BuiltIn *membership.BuiltInView `json:"builtIn,omitempty"`
+	// Releases are what each version the cluster ran served, as read
+	// from its servers: what rollback-plan compares.
+	Releases []membership.Release `json:"releases,omitempty"`
 }
 
 // WindowView is the skew window in /debug/routes.
@@ -210,6 +216,8 @@ func Routes(m *membership.Members, steering func() *SteeringView) RoutesView {
 	if sf, ok := m.StateFile(); ok {
 		v.StateFile = &sf
 	}
+	b := m.BuiltIn()
+	v.BuiltIn, v.Releases = &b, m.Releases()
 	if steering != nil {
 		v.Steering = steering()
 	}

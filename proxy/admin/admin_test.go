@@ -76,8 +76,8 @@ func TestExplainShowsSteering(t *testing.T) {
 	}
 }
 
-// /debug/routes says which skewgate answers and the skew window as fields,
-// for kubectl skewgate.
+// /debug/routes says which skewgate answers, the skew window and where
+// the built-in groups come from as fields, for kubectl skewgate.
 func TestRoutesShowVersionAndWindow(t *testing.T) {
 	m, err := membership.New(membership.Config{Local: &url.URL{Scheme: "https", Host: "127.0.0.1:1"},
 		UpgradeSignal: func() (bool, string) { return true, "node-a's manifest names v1.36.3" }})
@@ -92,5 +92,9 @@ func TestRoutesShowVersionAndWindow(t *testing.T) {
 	}
 	if v.Version != "v9.9.9" || v.Window == nil || !v.Window.Open || !strings.Contains(v.Window.Reason, "v1.36.3") || v.Window.Until != nil {
 		t.Errorf("/debug/routes: version %q, window %+v; want v9.9.9 and open while the upgrade signal lasts\n%s", v.Version, v.Window, rec.Body.String())
+	}
+	// No cluster read: the compiled groups decide, and it says so.
+	if v.BuiltIn == nil || v.BuiltIn.Source != membership.BuiltInCompiled || v.Releases != nil {
+		t.Errorf("/debug/routes: builtIn %+v, releases %v; want compiled and none", v.BuiltIn, v.Releases)
 	}
 }

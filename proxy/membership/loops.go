@@ -87,7 +87,9 @@ func (m *Members) refreshLoop(ctx context.Context, id string, kicked <-chan stru
 			m.confirmed(id, s, gen)
 		}
 		m.logDiscovery(id, before, m.store.Snapshot().Servers[id].Capabilities.GroupVersions())
-		m.readVersion(ctx, id)
+		if version, ok := m.readVersion(ctx, id); ok && err == nil {
+			m.noteRelease(id, version)
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -150,25 +152,26 @@ func (m *Members) endStreamsIfOut(s *server) {
 }
 
 // readVersion reads server id's /version after each discovery refresh: a
-// server that restarted on another version shows it within a refresh.
-func (m *Members) readVersion(ctx context.Context, id string) {
+// server that restarted on another version shows it within a refresh. ok
+// is false when it was not read now.
+func (m *Members) readVersion(ctx context.Context, id string) (version string, ok bool) {
 	m.mu.Lock()
 	s, ok := m.servers[id]
 	m.mu.Unlock()
 	if !ok {
-		return
+		return "", false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	body, err := get(ctx, s.client, s.backend.URL.String()+"/version")
 	if err != nil {
-		return // kept as last read; health and discovery say what matters
+		return "", false // kept as last read; health and discovery say what matters
 	}
 	var v struct {
 		GitVersion string `json:"gitVersion"`
 	}
 	if json.Unmarshal(body, &v) != nil || v.GitVersion == "" {
-		return
+		return "", false
 	}
 	s.mu.Lock()
 	changed := s.version != "" && s.version != v.GitVersion
@@ -176,6 +179,19 @@ func (m *Members) readVersion(ctx context.Context, id string) {
 	s.mu.Unlock()
 	if changed {
 		m.cfg.Log.Info("apiserver version changed", "server", id, "version", v.GitVersion)
+	}
+	return v.GitVersion, true
+}
+
+// noteRelease records what server id served, read just now with its
+// version, as that version's release — only from a healthy server: one
+// still starting may list less than its release serves.
+func (m *Members) noteRelease(id, version string) {
+	caps := m.store.Snapshot().Capabilities(id)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.servers[id]; ok && s.status().Healthy {
+		m.recordRelease(id, version, caps, m.now())
 	}
 }
 

@@ -111,6 +111,10 @@ type Members struct {
 	stateFile StateFileStatus // how the last write went
 
 	skew skewWatch
+	// builtIn are the groups kube-apiserver serves itself (builtin.go),
+	// releases what each version served (releases.go); under mu.
+	builtIn  builtIns
+	releases map[string]Release
 	// graceUntil is the cluster's override of every grace's end (nil:
 	// none); see SetGraceUntil.
 	graceUntil atomic.Pointer[time.Time]

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,9 +19,10 @@ import (
 )
 
 // stateVersion is the layout of the state file; another layout is ignored.
-// Fields were only ever added to layout 1: a file an older skewgate wrote
-// restores what it holds, and an older skewgate (a rollback of skewgate
-// itself) reads a newer file, ignoring what it does not know.
+// Fields were only ever added to layout 1 (builtInGroups and releases
+// last): a file an older skewgate wrote restores what it holds, and an
+// older skewgate (a rollback of skewgate itself) reads a newer file,
+// ignoring what it does not know.
 const stateVersion = 1
 
 // stateResolution is how precisely the state file says when a peer was last
@@ -47,6 +49,14 @@ type savedState struct {
 	// dropped on the way (the graces above are restored only while they
 	// hold). The switch, once read, replaces it.
 	GraceUntil *time.Time `json:"graceUntil,omitempty"`
+	// BuiltInGroups are every group the cluster's APIServices said
+	// kube-apiserver serves itself: a restart that cannot read them (the
+	// local apiserver away, the cluster not listed yet) still counts a
+	// new release's groups as built in.
+	BuiltInGroups []string `json:"builtInGroups,omitempty"`
+	// Releases are what each version the cluster ran served, for a
+	// rollback plan between any two of them.
+	Releases []Release `json:"releases,omitempty"`
 }
 
 // savedWindow is when the members last differed, and how.
@@ -96,6 +106,12 @@ func (m *Members) SaveState(path string) error {
 			saved.LostDoc, saved.LostSince = lost, lostSince
 		}
 		st.Servers = append(st.Servers, saved)
+	}
+	if m.builtIn.groups != nil {
+		st.BuiltInGroups = slices.Sorted(maps.Keys(m.builtIn.groups))
+	}
+	for _, v := range slices.Sorted(maps.Keys(m.releases)) {
+		st.Releases = append(st.Releases, m.releases[v])
 	}
 	m.mu.Unlock()
 	st.Window = m.savedWindow()
@@ -195,6 +211,12 @@ func (m *Members) Restore(path string) (int, error) {
 		m.graceUntil.CompareAndSwap(nil, st.GraceUntil) // one already read from the cluster wins
 	}
 	n := m.restore(st.Servers, m.now())
+	if len(st.BuiltInGroups) > 0 {
+		m.mu.Lock()
+		m.addBuiltIn(BuiltInFromStateFile, st.BuiltInGroups...)
+		m.mu.Unlock()
+	}
+	m.restoreReleases(st.Releases)
 	if w := st.Window; w != nil {
 		m.skew.mu.Lock()
 		if w.Last.After(m.skew.last) {

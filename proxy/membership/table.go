@@ -35,7 +35,7 @@ func (m *Members) publish() {
 			localInRouting = s.inRouting(now)
 		}
 	}
-	onChange := m.cfg.OnChange
+	onChange, builtIn := m.cfg.OnChange, m.builtIn.groups
 	m.mu.Unlock()
 
 	m.store.SetHealthy(healthy)
@@ -43,7 +43,7 @@ func (m *Members) publish() {
 	inHold := func(start time.Time) bool { return m.inHold(start, now) }
 	m.store.SetAway(awayDocs(m.store.Snapshot(), statuses, doubts, inGrace))
 	snap := m.store.Snapshot()
-	t := &route.Table{Served: served(snap, statuses, doubts, inHold)}
+	t := &route.Table{Served: served(snap, statuses, doubts, inHold), BuiltIn: builtIn}
 	for id, st := range statuses {
 		rs := route.Server{ID: id, Healthy: st.Healthy, Latency: st.Latency, Departed: st.Departed != nil}
 		if c := snap.Capabilities(id); c != nil {

@@ -214,13 +214,13 @@ func skewOf(t *route.Table, statuses map[string]Status) skew {
 		slices.Sort(vs)
 		out.versions = "versions differ: " + strings.Join(vs, "; ")
 	}
-	out.serves = servesDiffer(servers)
+	out.serves = servesDiffer(servers, t.BuiltIn)
 	return out
 }
 
 // servesDiffer names one built-in resource some members list and others
 // do not, or "".
-func servesDiffer(servers []route.Server) string {
+func servesDiffer(servers []route.Server, builtIn route.BuiltInGroups) string {
 	var known []route.Server
 	for _, s := range servers {
 		if s.Caps != nil && !s.Departed {
@@ -230,10 +230,10 @@ func servesDiffer(servers []route.Server) string {
 	slices.SortFunc(known, func(a, b route.Server) int { return strings.Compare(a.ID, b.ID) })
 	for i, a := range known {
 		for _, b := range known[i+1:] {
-			if what := firstMissing(a.Caps, b.Caps); what != "" {
+			if what := firstMissing(a.Caps, b.Caps, builtIn); what != "" {
 				return fmt.Sprintf("built-in types differ: %s lists %s, %s does not", a.ID, what, b.ID)
 			}
-			if what := firstMissing(b.Caps, a.Caps); what != "" {
+			if what := firstMissing(b.Caps, a.Caps, builtIn); what != "" {
 				return fmt.Sprintf("built-in types differ: %s lists %s, %s does not", b.ID, what, a.ID)
 			}
 		}
@@ -243,13 +243,13 @@ func servesDiffer(servers []route.Server) string {
 
 // firstMissing is a built-in group/version/resource a lists and b does
 // not, or "".
-func firstMissing(a, b route.Capabilities) string {
+func firstMissing(a, b route.Capabilities, builtIn route.BuiltInGroups) string {
 	ca, ok := a.(*discovery.Capabilities)
 	if !ok {
 		return ""
 	}
 	for _, gv := range ca.GroupVersions() {
-		if !route.BuiltIn(gv.Group) {
+		if !builtIn.BuiltIn(gv.Group) {
 			continue
 		}
 		theirs := b.Resources(gv)

@@ -1,113 +1,144 @@
 package plan
 
 import (
-	"bufio"
-	"embed"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"path"
 	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/skewgate/skewgate/proxy/admin"
+	"github.com/skewgate/skewgate/proxy/membership"
 )
 
-// The built-in types of each supported minor version, one
-// "group/version/resource scope" a line, derived from the discovery
-// skewgate recorded from real kube-apiservers
-// (proxy/discovery/testdata/<version>-{api,apis}-v2.json; the first line
-// names the build). TestBuiltinMatchesRecordings keeps them equal, and
-// writes them with -update.
-//
-//go:embed builtin/*.txt
-var builtinFiles embed.FS
-
-// ErrUnknownVersion is returned (wrapped) for a version whose built-in
-// types skewgate does not know.
+// ErrUnknownVersion is returned (wrapped) for a version no skewgate of the
+// cluster saw a kube-apiserver run.
 var ErrUnknownVersion = errors.New("unknown version")
 
-// Builtin is what a kube-apiserver of one version serves by itself.
+// Builtin is what a kube-apiserver of one version serves by itself, as a
+// skewgate of the cluster read it from a server of that version: nothing
+// is compiled into skewgate, so any version the cluster ran is known.
 type Builtin struct {
-	// Minor is the version asked for, as "v1.35".
+	// Minor is the version asked for, e.g. "v1.35" or "v1.35.4".
 	Minor string
-	// RecordedFrom is the build the list was recorded from, e.g.
-	// "v1.35.4", and Recording how that server ran (its flags).
+	// RecordedFrom is the build it was read from, e.g. "v1.35.4", and
+	// Recording from which server, when.
 	RecordedFrom, Recording string
 	types                   map[schema.GroupVersionResource]bool
 }
 
-// BuiltinTypes returns the built-in types of version ("v1.35.4", "1.35",
-// "v1.35"): a minor version adds or removes APIs, a patch release does not.
-// An unparsable or unrecorded version is ErrUnknownVersion, naming the
-// versions skewgate knows.
-func BuiltinTypes(version string) (*Builtin, error) {
-	minor, ok := minorOf(version)
-	if !ok {
-		return nil, fmt.Errorf("%w %q: want v<major>.<minor>[.<patch>]; known: %s", ErrUnknownVersion, version, knownVersions())
-	}
-	data, err := builtinFiles.ReadFile("builtin/" + minor + ".txt")
-	if err != nil {
-		return nil, fmt.Errorf("%w %s: skewgate knows the built-in types of %s only", ErrUnknownVersion, minor, knownVersions())
-	}
-	return parseBuiltin(minor, string(data))
-}
-
-// minorOf turns "v1.35.4", "1.35" into "v1.35".
-func minorOf(version string) (string, bool) {
-	parts := strings.Split(strings.TrimPrefix(strings.TrimSpace(version), "v"), ".")
-	if len(parts) < 2 || len(parts) > 3 {
-		return "", false
-	}
-	for _, p := range parts {
-		if p == "" || strings.Trim(p, "0123456789") != "" {
-			return "", false
+// ReadReleases reads what each version served from every node's
+// skewgate (/debug/routes' releases, kept in each one's state file
+// across restarts), the newest read of each version. A node that cannot
+// be read is an error of its own; the others still count.
+func ReadReleases(ctx context.Context, c *Cluster, nodes []Node) ([]membership.Release, []error) {
+	byVersion := map[string]membership.Release{}
+	var errs []error
+	for _, n := range nodes {
+		body, _, err := get(ctx, c.Admin, n.Admin+"/debug/routes", nil)
+		var v admin.RoutesView
+		if err == nil {
+			err = json.Unmarshal(body, &v)
 		}
-	}
-	return "v" + parts[0] + "." + parts[1], true
-}
-
-func knownVersions() string {
-	names, _ := fs.Glob(builtinFiles, "builtin/*.txt")
-	var out []string
-	for _, n := range names {
-		minor := strings.TrimSuffix(path.Base(n), ".txt")
-		if b, err := BuiltinTypesOf(minor); err == nil {
-			out = append(out, minor+" (recorded from "+b.RecordedFrom+")")
-		}
-	}
-	return strings.Join(out, ", ")
-}
-
-// BuiltinTypesOf is BuiltinTypes for an exact minor ("v1.35") without the
-// list of known versions in its error.
-func BuiltinTypesOf(minor string) (*Builtin, error) {
-	data, err := builtinFiles.ReadFile("builtin/" + minor + ".txt")
-	if err != nil {
-		return nil, fmt.Errorf("%w %s", ErrUnknownVersion, minor)
-	}
-	return parseBuiltin(minor, string(data))
-}
-
-func parseBuiltin(minor, text string) (*Builtin, error) {
-	b := &Builtin{Minor: minor, types: map[schema.GroupVersionResource]bool{}}
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if from, ok := strings.CutPrefix(line, "# recorded from "); ok && b.RecordedFrom == "" {
-			build, how, _ := strings.Cut(from, " ")
-			b.RecordedFrom, b.Recording = build, strings.TrimSuffix(strings.TrimPrefix(how, "("), ")")
-		}
-		if line == "" || strings.HasPrefix(line, "#") {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n.Name(), err))
 			continue
 		}
-		gvr, ok := parseGVR(strings.Fields(line)[0])
+		for _, r := range v.Releases {
+			if prev, ok := byVersion[r.Version]; !ok || r.Read.After(prev.Read) {
+				byVersion[r.Version] = r
+			}
+		}
+	}
+	out := make([]membership.Release, 0, len(byVersion))
+	for _, r := range byVersion {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b membership.Release) int { return compareVersions(a.Version, b.Version) })
+	return out, errs
+}
+
+// TargetOf is the release asked for ("v1.35.4", "1.35", "v1.38.0-beta.0")
+// among those recorded: that build if recorded, else the newest recorded
+// build of its minor (a patch release adds or removes no API). A version
+// of a minor no server of the cluster ran is ErrUnknownVersion, naming
+// the versions known.
+func TargetOf(asked string, releases []membership.Release) (*Builtin, error) {
+	want, err := parseVersion(asked)
+	if err != nil {
+		return nil, fmt.Errorf("%w %q: want v<major>.<minor>[.<patch>]; known: %s", ErrUnknownVersion, asked, known(releases))
+	}
+	var pick *membership.Release
+	for i, r := range releases {
+		have, err := parseVersion(r.Version)
+		if err != nil || have.Major() != want.Major() || have.Minor() != want.Minor() {
+			continue
+		}
+		if r.Version == asked || "v"+strings.TrimPrefix(asked, "v") == r.Version {
+			pick = &releases[i]
+			break
+		}
+		if pick == nil || compareVersions(r.Version, pick.Version) > 0 {
+			pick = &releases[i]
+		}
+	}
+	if pick == nil {
+		return nil, fmt.Errorf("%w %s: no skewgate of this cluster saw a kube-apiserver of v%d.%d run; known: %s", ErrUnknownVersion, asked, want.Major(), want.Minor(), known(releases))
+	}
+	b := &Builtin{Minor: asked, RecordedFrom: pick.Version, types: map[schema.GroupVersionResource]bool{},
+		Recording: fmt.Sprintf("read from %s at %s", pick.Server, pick.Read.UTC().Format("2006-01-02T15:04:05Z"))}
+	for _, s := range pick.Types {
+		gvr, ok := parseGVR(s)
 		if !ok {
-			return nil, fmt.Errorf("built-in types of %s: bad line %q", minor, line)
+			return nil, fmt.Errorf("release %s: bad type %q", pick.Version, s)
 		}
 		b.types[gvr] = true
 	}
 	return b, nil
+}
+
+// CheckVersion says whether asked reads as a version (its release is
+// looked up in the cluster later): ErrUnknownVersion if not.
+func CheckVersion(asked string) error {
+	if _, err := parseVersion(asked); err != nil {
+		return fmt.Errorf("%w %q: want v<major>.<minor>[.<patch>]", ErrUnknownVersion, asked)
+	}
+	return nil
+}
+
+// parseVersion reads "v1.35.4", "1.35", "v1.38.0-beta.0".
+func parseVersion(s string) (*version.Version, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.Trim(s, "v") == "" {
+		return nil, errors.New("empty")
+	}
+	return version.ParseGeneric(s)
+}
+
+// compareVersions orders gitVersions semantically ("v1.38.0-beta.0"
+// before "v1.38.0"), anything unparsable by its text.
+func compareVersions(a, b string) int {
+	if va, err := version.ParseSemantic(a); err == nil {
+		if n, err := va.Compare(b); err == nil {
+			return n
+		}
+	}
+	return strings.Compare(a, b)
+}
+
+func known(releases []membership.Release) string {
+	if len(releases) == 0 {
+		return "none (no skewgate of the cluster read a kube-apiserver yet, or none could be reached)"
+	}
+	var out []string
+	for _, r := range releases {
+		out = append(out, r.Version)
+	}
+	return strings.Join(out, ", ")
 }
 
 // parseGVR reads "v1/pods" (the core group) or "apps/v1/deployments".
@@ -149,9 +180,4 @@ func (b *Builtin) ServesGroup(group string) bool {
 }
 
 // GVRString is "v1/pods" for the core group, "apps/v1/deployments" else.
-func GVRString(gvr schema.GroupVersionResource) string {
-	if gvr.Group == "" {
-		return gvr.Version + "/" + gvr.Resource
-	}
-	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
-}
+func GVRString(gvr schema.GroupVersionResource) string { return membership.TypeString(gvr) }

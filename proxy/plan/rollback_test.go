@@ -21,6 +21,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
+
+	"github.com/skewgate/skewgate/proxy/membership"
 )
 
 const v2Type = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
@@ -123,6 +125,11 @@ func labCluster(t *testing.T, merged bool) *Cluster {
 	return &Cluster{Kube: kube, Dynamic: dyn, Metadata: md, HTTP: srv.Client(), Host: srv.URL, Admin: http.DefaultClient}
 }
 
+// labReleases are what the lab's skewgates record from its servers.
+func labReleases(t *testing.T) []membership.Release {
+	return []membership.Release{recorded(t, "v1.35.4"), recorded(t, "v1.36.3")}
+}
+
 // metricsServer is a node's admin listener serving /metrics.
 func metricsServer(t *testing.T, text string) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -151,7 +158,7 @@ skewgate_requests_total{code="200",group="",resource="pods",route="local",verb="
 // stuck, and sums the nodes' request counters (one node unreachable).
 func TestRollbackPlan(t *testing.T) {
 	c := labCluster(t, true)
-	target, err := BuiltinTypes("v1.35.4")
+	target, err := TargetOf("v1.35", labReleases(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +231,7 @@ func TestRollbackPlan(t *testing.T) {
 // itself says so; a target that serves everything lacks nothing.
 func TestRollbackPlanUnknowns(t *testing.T) {
 	c := labCluster(t, false)
-	target, _ := BuiltinTypes("v1.35")
+	target := mustTarget(t, "v1.35.4", labReleases(t)...)
 	p, err := Rollback(context.Background(), c, target, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -251,7 +258,7 @@ func TestRollbackPlanUnknowns(t *testing.T) {
 		t.Errorf("table:\n%s", out.String())
 	}
 
-	same, _ := BuiltinTypes("v1.36")
+	same := mustTarget(t, "v1.36", labReleases(t)...)
 	p, err = Rollback(context.Background(), c, same, nil)
 	if err != nil || len(p.Lacking) != 0 {
 		t.Fatalf("to 1.36: %v, lacking %v", err, p.Lacking)

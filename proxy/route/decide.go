@@ -78,6 +78,9 @@ type Table struct {
 	// holds only these types under rule 5; any other type nobody serves
 	// now is absent at once — a CRD-presence probe must hear its 404.
 	Served Capabilities
+	// BuiltIn are the groups kube-apiserver serves itself (nil: never
+	// read from the cluster; the compiled fallback decides).
+	BuiltIn BuiltInGroups
 	// localIDs is []string{Local.ID}, made once by SetLocal so that a
 	// local decision allocates nothing.
 	localIDs []string
@@ -293,7 +296,7 @@ func covers(a, b []string) bool {
 func unservedLocally(q question, t *Table) Decision {
 	var unknown, lost []Server
 	servedRecently := t.Served != nil && q.of(t.Served)
-	newInRelease := BuiltIn(q.group())
+	newInRelease := t.BuiltIn.BuiltIn(q.group())
 	for _, p := range append([]Server{t.Local}, t.Peers...) {
 		switch {
 		case p.Lost != nil && q.of(p.Lost):

@@ -102,11 +102,28 @@ func PrintRoutes(out io.Writer, v admin.RoutesView, all bool) {
 		fmt.Fprintf(out, "(%d resources answered by the local server; --all lists them)\n", local)
 	}
 	printGrace(out, v)
+	printBuiltIn(out, v)
 	if st := v.Steering; st != nil {
 		fmt.Fprintf(out, "\nsteering: %s (mode %s; targets %s)\n", st.State, orDash(st.Mode), orDash(strings.Join(st.Targets, ", ")))
 		if st.OffWaits != "" {
 			fmt.Fprintf(out, "steering off waits: %s\n", st.OffWaits)
 		}
+	}
+}
+
+// printBuiltIn says where the built-in groups come from and which
+// releases skewgate recorded (what rollback-plan can compare).
+func printBuiltIn(out io.Writer, v admin.RoutesView) {
+	if v.BuiltIn == nil {
+		return
+	}
+	fmt.Fprintf(out, "\nbuilt-in groups: %d from %s", len(v.BuiltIn.Groups), v.BuiltIn.Source)
+	if v.BuiltIn.Source == membership.BuiltInCompiled {
+		fmt.Fprint(out, " (the cluster's APIServices not read: a group only a newer release adds does not count)")
+	}
+	fmt.Fprintln(out)
+	for _, r := range v.Releases {
+		fmt.Fprintf(out, "release %s: %d built-in types, read from %s at %s\n", r.Version, len(r.Types), r.Server, r.Read.UTC().Format(time.RFC3339))
 	}
 }
 

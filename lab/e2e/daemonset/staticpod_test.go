@@ -114,7 +114,8 @@ func waitVersion(t *testing.T, n lab.Node, version string, timeout time.Duration
 
 // bindStaticUser binds the base's Roles (list and watch of the apiservers'
 // addresses, the identity header ConfigMap, the upgrade leases in
-// skewgate's namespace) and system:auth-delegator to the static pod's
+// skewgate's namespace), its ClusterRole (the built-in APIServices) and
+// system:auth-delegator to the static pod's
 // user, as docs/deploy.md tells operators to.
 func bindStaticUser(t *testing.T, c kubernetes.Interface) {
 	t.Helper()
@@ -127,10 +128,12 @@ func bindStaticUser(t *testing.T, c kubernetes.Interface) {
 			t.Fatal(err)
 		}
 	}
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: meta, Subjects: subject,
-		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"}}
-	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
+	for name, role := range map[string]string{"skewgate-static": "system:auth-delegator", "skewgate-static-apiservices": "skewgate"} {
+		crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}}
+		if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
 	}
 }
 
