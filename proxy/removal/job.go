@@ -47,7 +47,13 @@ func Job(o Options, node string) *batchv1.Job {
 							MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
 						}}},
 					}},
-					Tolerations:                  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					// The node's network namespace, as the DaemonSet's: the
+					// Job needs no pod network (a control plane whose CNI is
+					// gone, or not yet there, still gets cleaned) and opens
+					// no socket; detaching needs none.
+					HostNetwork:                  true,
+					DNSPolicy:                    corev1.DNSDefault,
 					RestartPolicy:                corev1.RestartPolicyNever,
 					AutomountServiceAccountToken: ptr.To(false),
 					PriorityClassName:            "system-node-critical",
@@ -131,7 +137,7 @@ func waitJob(ctx context.Context, cs kubernetes.Interface, o Options, node, name
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("job %s/%s on %s not finished: %w (kubectl -n %s describe job %s)", o.Namespace, name, node, ctx.Err(), o.Namespace, name)
+			return fmt.Errorf("job %s/%s on %s not finished: %w; its pods: %s (kubectl -n %s describe pods -l job-name=%s)", o.Namespace, name, node, ctx.Err(), podStates(cs, o.Namespace, name), o.Namespace, name)
 		case <-time.After(o.Poll):
 		}
 	}
@@ -195,4 +201,29 @@ func deleteJob(ctx context.Context, cs kubernetes.Interface, o Options, name str
 		}
 		_, err = cs.BatchV1().Jobs(o.Namespace).Get(ctx, name, metav1.GetOptions{})
 	}
+}
+
+// podStates says where the Job's pods are stuck: phase and waiting
+// reason, for an error that names the cause (no pod network, no image).
+func podStates(cs kubernetes.Interface, ns, job string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job})
+	if err != nil {
+		return err.Error()
+	}
+	var states []string
+	for _, p := range pods.Items {
+		st := fmt.Sprintf("%s %s", p.Name, p.Status.Phase)
+		for _, c := range p.Status.ContainerStatuses {
+			if w := c.State.Waiting; w != nil {
+				st += fmt.Sprintf(" (%s: %s)", w.Reason, w.Message)
+			}
+		}
+		states = append(states, st)
+	}
+	if len(states) == 0 {
+		return "none"
+	}
+	return strings.Join(states, ", ")
 }

@@ -142,6 +142,9 @@ func TestUninstall(t *testing.T) {
 			continue
 		}
 		spec := c.GetObject().(*batchv1.Job).Spec.Template.Spec
+		if !spec.HostNetwork || spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			t.Errorf("job pod: hostNetwork %v, token %v; want the node's network and no token", spec.HostNetwork, spec.AutomountServiceAccountToken)
+		}
 		if got := spec.Containers[0].Image; got != "registry.example/skewgate:v0.1.0" {
 			t.Errorf("job image %q: want the terminating pods'", got)
 		}

@@ -100,11 +100,11 @@ func removeRound(t *testing.T, c kubernetes.Interface, plugin string, remove fun
 func leftovers(t *testing.T, c kubernetes.Interface) {
 	ctx := context.Background()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: removal.SwitchConfigMap}, Data: map[string]string{"steering": "auto"}}
-	if _, err := c.CoreV1().ConfigMaps("kube-system").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+	if _, err := c.CoreV1().ConfigMaps("kube-system").Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: upgrade.LeaseName(plane.Spec.Nodes[0].Name)}}
-	if _, err := c.CoordinationV1().Leases("kube-system").Create(ctx, l, metav1.CreateOptions{}); err != nil {
+	if _, err := c.CoordinationV1().Leases("kube-system").Create(ctx, l, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 }
