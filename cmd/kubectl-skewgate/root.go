@@ -124,7 +124,7 @@ func newRootCmd() *cobra.Command {
 		}
 		return nil
 	}
-	root.AddCommand(newStatusCmd(o), newRoutesCmd(o), newExplainCmd(o))
+	root.AddCommand(newStatusCmd(o), newRoutesCmd(o), newExplainCmd(o), newUninstallCmd(o))
 	root.CompletionOptions.DisableDefaultCmd = true
 	usage(root)
 	return root

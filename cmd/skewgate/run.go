@@ -336,7 +336,13 @@ func (o *runOptions) handOverSocket() string {
 	if !o.handOver || o.proxy.StateFile == "" {
 		return ""
 	}
-	return strings.TrimSuffix(o.proxy.StateFile, filepath.Ext(o.proxy.StateFile)) + ".handover.sock"
+	return handOverSocketOf(o.proxy.StateFile)
+}
+
+// handOverSocketOf is the hand-over socket beside stateFile, where run
+// makes it and uninstall removes it.
+func handOverSocketOf(stateFile string) string {
+	return strings.TrimSuffix(stateFile, filepath.Ext(stateFile)) + ".handover.sock"
 }
 
 // serveAdmin starts the admin listeners the flags ask for, until ctx ends.

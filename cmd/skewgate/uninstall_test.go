@@ -54,3 +54,32 @@ func TestUninstallTwice(t *testing.T) {
 		t.Errorf("second run: exit %d, %q %q; want 0 and nothing installed", code, out, errOut)
 	}
 }
+
+// TestUninstallRemovesState: --state-file removes the file, a partial
+// write of it and the hand-over socket; a second run finds none of them.
+func TestUninstallRemovesState(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state.json")
+	files := []string{state, filepath.Join(dir, "state.handover.sock"), filepath.Join(dir, ".state.json.123")}
+	for _, f := range files {
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var b strings.Builder
+	if err := removeState(&b, state); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s after uninstall: %v", f, err)
+		}
+		if !strings.Contains(b.String(), "removed "+f+"\n") {
+			t.Errorf("output %q lacks the removal of %s", b.String(), f)
+		}
+	}
+	b.Reset()
+	if err := removeState(&b, state); err != nil || strings.Contains(b.String(), "removed") {
+		t.Errorf("second run: %v, %q; want nothing removed", err, b.String())
+	}
+}

@@ -26,8 +26,10 @@ const leaseSlack = 5 * time.Second
 // the pod (and back with `steer off` on the host), its serving certificate
 // renewed on the node and served without a restart, a rollout and a
 // deletion with no failed new connection, the static-pod form taking over
-// node-a's pins (fixed, upgraded by editing its file, removed), and an
-// uninstall that leaves nothing in the kernel.
+// node-a's pins (fixed, upgraded by editing its file, removed), an
+// uninstall that leaves nothing in the kernel, and the documented removal
+// (kustomize, then Helm) that leaves nothing on the nodes or in the
+// cluster.
 func TestDaemonSet(t *testing.T) {
 	c := admin(t)
 	a := plane.Spec.Nodes[0]
@@ -102,6 +104,7 @@ func TestDaemonSet(t *testing.T) {
 	})
 	t.Run("staticpod", func(t *testing.T) { staticPod(t, a) })
 	t.Run("uninstall", uninstall)
+	t.Run("removal", removalRounds)
 }
 
 // falseFourOhFour: node-a's address answers a v1.36-only resource 200
