@@ -19,9 +19,9 @@ import (
 )
 
 // watchUpstream streams two whole JSON events and half of a third, then
-// waits: the shape of a watch caught mid-event. Once asked closes it
-// finishes the third event and sends a fourth.
-func watchUpstream(t *testing.T, asked <-chan struct{}) *httptest.Server {
+// waits: the shape of a watch caught mid-event. Once released closes it
+// finishes the third event and sends a fourth, in one write.
+func watchUpstream(t *testing.T, released <-chan struct{}) *httptest.Server {
 	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
@@ -30,7 +30,7 @@ func watchUpstream(t *testing.T, asked <-chan struct{}) *httptest.Server {
 		io.WriteString(w, `{"type":"ADDED","object":{"meta`)
 		w.(http.Flusher).Flush()
 		select {
-		case <-asked:
+		case <-released:
 		case <-r.Context().Done():
 			return
 		}
@@ -49,8 +49,8 @@ func watchUpstream(t *testing.T, asked <-chan struct{}) *httptest.Server {
 // event.
 func TestEndEndsAWatchBetweenEvents(t *testing.T) {
 	for _, h2 := range []bool{true, false} {
-		end := make(chan struct{})
-		up := watchUpstream(t, end)
+		end, released := make(chan struct{}), make(chan struct{})
+		up := watchUpstream(t, released)
 		b := backendFor(t, "b", up, trustFor(t, up))
 		front := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			Forward(w, r, Request{Candidates: []*Backend{b}, Idempotent: true, LongRunning: true, End: end})
@@ -75,6 +75,10 @@ func TestEndEndsAWatchBetweenEvents(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // the half event is on its way
 		close(end)
+		// The rest comes once the end was asked: were both one instant,
+		// bytes read before skewgate noticed the end would rightly pass.
+		time.Sleep(300 * time.Millisecond)
+		close(released)
 		rest, err := io.ReadAll(rd)
 		if err != nil {
 			t.Errorf("%s: the watch ended with %v, want a clean end", resp.Proto, err)
