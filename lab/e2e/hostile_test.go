@@ -50,15 +50,8 @@ const (
 func TestHostileClients(t *testing.T) {
 	b := node(t, "node-b")
 	limit := int64(hostileLimit)
-	proc, err := plane.StartSkewgate(context.Background(), b.Name, skewgateBin, lab.SkewgateMode{Steering: true, Kubeconfig: true,
-		Env: []string{fmt.Sprintf("SKEWGATE_MEMORY_LIMIT=%d", limit)}}, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proc.Stop(10 * time.Second) })
+	proc := startLimited(t, b, limit)
 	url := b.URL() + "/api/v1/namespaces/default/configmaps"
-	fresh := freshConns(t)
-	waitFor(t, 10*time.Second, "steering on", func() bool { return steered(do(t, fresh, http.MethodGet, url+"?limit=1", nil)) })
 	token := hostileToken(t)
 	// Each apiserver learns of the RoleBinding from its own informer: until
 	// node-b has, its 403 would answer the uploads before reading them.
@@ -451,4 +444,21 @@ func dialFromNode(name string) func(ctx context.Context, network, addr string) (
 		})
 		return c, err
 	}
+}
+
+// startLimited starts a skewgate on node b with memory limit limit
+// (bytes, as the manifests pass the container's) that steers b's address,
+// and waits until new connections reach it.
+func startLimited(t *testing.T, b lab.Node, limit int64) lab.Proc {
+	t.Helper()
+	proc, err := plane.StartSkewgate(context.Background(), b.Name, skewgateBin, lab.SkewgateMode{Steering: true, Kubeconfig: true,
+		Env: []string{fmt.Sprintf("SKEWGATE_MEMORY_LIMIT=%d", limit)}}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proc.Stop(10 * time.Second) })
+	url := b.URL() + "/api/v1/namespaces/default/configmaps?limit=1"
+	fresh := freshConns(t)
+	waitFor(t, 10*time.Second, "steering on", func() bool { return steered(do(t, fresh, http.MethodGet, url, nil)) })
+	return proc
 }

@@ -49,15 +49,8 @@ func sizingLimit(w, c int64) int64 {
 func TestWatchesOfLargeObjects(t *testing.T) {
 	b := node(t, "node-b")
 	limit := sizingLimit(largeWatches, largeConns)
-	proc, err := plane.StartSkewgate(context.Background(), b.Name, skewgateBin, lab.SkewgateMode{Steering: true, Kubeconfig: true,
-		Env: []string{fmt.Sprintf("SKEWGATE_MEMORY_LIMIT=%d", limit)}}, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proc.Stop(10 * time.Second) })
+	proc := startLimited(t, b, limit)
 	base := b.URL() + "/api/v1/namespaces/default/configmaps"
-	fresh := freshConns(t)
-	waitFor(t, 10*time.Second, "steering on", func() bool { return steered(do(t, fresh, http.MethodGet, base+"?limit=1", nil)) })
 
 	direct := scaleClient(t, node(t, "node-a").URL(), nil)
 	ctx, cancel := context.WithCancel(context.Background())
