@@ -279,7 +279,10 @@ func run(ctx context.Context, o *runOptions) error {
 		return err
 	}
 	if err := serveAdmin(ctx, o, p, succ, admin.Handler(p.Members, reg,
-		admin.Options{Steering: func() *admin.SteeringView { return steeringView(node.Status()) }, Profiling: o.profiling, Version: buildVersion().Version}), log); err != nil {
+		admin.Options{Steering: func() *admin.SteeringView {
+			_, fromSwitch := p.Switch.Mode()
+			return steeringView(node.Status(), fromSwitch)
+		}, Profiling: o.profiling, Version: buildVersion().Version}), log); err != nil {
 		node.Listener().Close()
 		return err
 	}

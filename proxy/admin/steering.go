@@ -21,6 +21,10 @@ type SteeringView struct {
 	// Mode is the steering mode in force: auto, always or off (absent
 	// where steering is not configured).
 	Mode string `json:"mode,omitempty"`
+	// ModeFrom says who chose Mode: ModeFromSwitch (the cluster's switch
+	// kube-system/skewgate, written by its operators) or ModeFromFlag
+	// (--steering-mode, the switch unset).
+	ModeFrom string `json:"modeFrom,omitempty"`
 	// OffWaits says why a wanted off waits: a rollback grace or its
 	// settle holds a type.
 	OffWaits string `json:"offWaits,omitempty"`
@@ -39,6 +43,12 @@ type SteeringView struct {
 	Direct      []DirectView `json:"direct,omitempty"`
 	DirectError string       `json:"directError,omitempty"`
 }
+
+// Where a node's steering mode comes from (SteeringView.ModeFrom).
+const (
+	ModeFromSwitch = "switch"
+	ModeFromFlag   = "flag"
+)
 
 // DirectView is one address's direct connections.
 type DirectView struct {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/skewgate/skewgate/proxy/admin"
 )
 
 // WriteJSON writes v indented, as `-o json` prints it.
@@ -31,12 +33,21 @@ func PrintStatus(out io.Writer, c Cluster, now time.Time) {
 		if n.Connections != nil {
 			steered, direct = fmt.Sprint(n.Connections.Steered), fmt.Sprint(n.Connections.Direct)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, orDash(n.Version), orDash(n.Mode), orDash(n.Steering),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, orDash(n.Version), modeCell(n), orDash(n.Steering),
 			windowCell(n, now), graceCell(n.Grace, now), orDash(strings.Join(n.Targets, ",")), steered, direct, serversCell(n.Servers), health(n))
 	}
 	tw.Flush()
 	printServers(out, c)
 	printNotes(out, c)
+}
+
+// modeCell is the mode, marked when the cluster's switch chose it: an
+// operator's write that moved every node.
+func modeCell(n Node) string {
+	if n.ModeFrom == admin.ModeFromSwitch {
+		return n.Mode + " (switch)"
+	}
+	return orDash(n.Mode)
 }
 
 func windowCell(n Node, now time.Time) string {

@@ -43,6 +43,9 @@ type Node struct {
 	// Mode is the steering mode in force (always, auto, off): the flag's
 	// or the cluster's kube-system/skewgate.
 	Mode string `json:"mode,omitempty"`
+	// ModeFrom is who chose it: switch (the cluster's kube-system/skewgate)
+	// or flag (--steering-mode, the switch unset).
+	ModeFrom string `json:"modeFrom,omitempty"`
 	// Steering is the state (steering, standby, off, lapsed, disabled);
 	// SteeringDetail says why, as the agent does.
 	Steering       string            `json:"steering,omitempty"`
@@ -149,7 +152,7 @@ func (n *Node) fill(v admin.RoutesView, k kernel) {
 	case st.Layout != admin.SteeringLayout:
 		n.Problems = append(n.Problems, fmt.Sprintf("its steering view has layout %d, this plugin reads %d: use the plugin of that skewgate's release", st.Layout, admin.SteeringLayout))
 	default:
-		n.Mode, n.SteeringDetail, n.LocalAway = st.Mode, st.State, st.LocalAway
+		n.Mode, n.ModeFrom, n.SteeringDetail, n.LocalAway = st.Mode, st.ModeFrom, st.State, st.LocalAway
 		n.Targets, n.Unsteered, n.OffWaits = st.Targets, st.Unsteered, st.OffWaits
 	}
 	n.Steering, n.Connections = k.state, k.conns

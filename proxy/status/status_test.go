@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -305,5 +306,30 @@ func TestNoTokenForANodesCertificate(t *testing.T) {
 		if hits.Load() != 0 || !strings.Contains(n.Error, tc.want) {
 			t.Errorf("%s: %d requests reached it, error %q; want none and %q", tc.name, hits.Load(), n.Error, tc.want)
 		}
+	}
+}
+
+// Issue 41: an operator's write of the cluster switch moves every node, so
+// the status says who chose each node's mode: the switch, or the flag.
+func TestStatusSaysWhoChoseTheMode(t *testing.T) {
+	var targets []status.Target
+	var srvs []*httptest.Server
+	for i, from := range []string{admin.ModeFromSwitch, admin.ModeFromFlag} {
+		srv := statustest.Serve(t, statustest.Node{Local: fmt.Sprintf("198.18.0.%d:6443", i+1), Version: "v0.2.0", Healthy: true,
+			Steering: &admin.SteeringView{Layout: admin.SteeringLayout, State: "steering on (lease 1.5s)", Mode: "always", ModeFrom: from,
+				Targets: []string{fmt.Sprintf("198.18.0.%d:6443", i+1)}},
+			State: "steering", Lookups: map[string]float64{"steered": 1}})
+		srvs = append(srvs, srv)
+		targets = append(targets, status.Target{Node: fmt.Sprintf("node-%c", 'a'+i), Pod: "skewgate", URL: srv.URL})
+	}
+	c := status.Gather(context.Background(), targets, options(t, srvs[0])) // one CA serves every stand-in
+	if c.Nodes[0].ModeFrom != admin.ModeFromSwitch || c.Nodes[1].ModeFrom != admin.ModeFromFlag {
+		t.Fatalf("modeFrom %q, %q; want switch, flag", c.Nodes[0].ModeFrom, c.Nodes[1].ModeFrom)
+	}
+	var out bytes.Buffer
+	status.PrintStatus(&out, c, time.Now())
+	lines := strings.Split(out.String(), "\n")
+	if !strings.Contains(lines[1], "always (switch)") || strings.Contains(lines[2], "(switch)") || !strings.Contains(lines[2], "always") {
+		t.Errorf("status:\n%s\nwant node-a's mode marked (switch), node-b's not", out.String())
 	}
 }
