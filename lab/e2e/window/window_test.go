@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -779,14 +780,12 @@ func TestIPv6AddressSteered(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var e struct {
-		Steering map[string]string `json:"steering"`
-	}
+	var e admin.Explanation
 	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(e.Steering["steering"], "steering") || e.Steering["mode"] != "always" || !strings.Contains(e.Steering["targets"], target.String()) {
-		t.Errorf("/debug/explain shows steering %v, want engaged in mode always with %s among the targets", e.Steering, target)
+	if st := e.Steering; st == nil || !strings.HasPrefix(st.State, "steering") || st.Mode != "always" || !slices.Contains(st.Targets, target.String()) {
+		t.Errorf("/debug/explain shows steering %+v, want engaged in mode always with %s among the targets", st, target)
 	}
 }
 
