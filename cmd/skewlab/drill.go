@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -86,6 +87,13 @@ func newDrillCmd() *cobra.Command {
 }
 
 func runDrill(cmd *cobra.Command, o drill.Options, report string) error {
+	// The drill's planes use the lab's namespaces and addresses: it waits
+	// for any lab test (or other drill) to finish first.
+	lock, err := lab.Lock()
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	results, err := drill.Run(cmd.Context(), o)
 	if err != nil && len(results) == 0 {
 		return err
@@ -125,6 +133,9 @@ func rerun(o drill.Options) string {
 	}
 	if modes != "" {
 		command += " DRILL_MODES='" + modes + "'"
+	}
+	if o.GoawayChance > 0 {
+		command += fmt.Sprintf(" GOAWAY_CHANCE=%g", o.GoawayChance)
 	}
 	return command
 }

@@ -128,7 +128,7 @@ type Result struct {
 	Phases  []Phase
 	events  []event
 	gaps    map[string]int
-	Monitor *Monitoring // skewgate mode with Prometheus only
+	Monitor *Monitoring // modes skewgate and skewgate auto, with Prometheus only
 	Loss    *Loss       // kubeadm only
 	// nodes is every node's steering, followed on its pins (kubeadm,
 	// skewgate modes), and its apiserver's comings and goings.
@@ -290,7 +290,9 @@ func runMode(ctx context.Context, o Options, mode string) (_ *Result, err error)
 		return nil, err
 	}
 	var mon *Monitoring
-	if mode == ModeSkewgate && o.Prometheus != "" {
+	// Prometheus runs beside skewgate always and the default mode: the
+	// dashboard's window row shows something only where windows open.
+	if (mode == ModeSkewgate || mode == ModeSkewgateAuto) && o.Prometheus != "" {
 		if mon, err = startMonitoring(plane, o); err != nil {
 			return nil, err
 		}

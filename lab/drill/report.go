@@ -371,14 +371,20 @@ func WriteAll(path string, o Options, results []*Result, command string) error {
 		return err
 	}
 	images := []string{timeline}
+	// One dashboard picture: the default mode's where it ran, since that
+	// is what operators see.
+	var shown *Result
 	for _, r := range results {
-		if r.Monitor != nil && len(r.Monitor.Panels) > 0 {
-			panels := filepath.Join(o.OutDir, "dashboard.png")
-			if err := WritePanels(panels, r); err != nil {
-				return err
-			}
-			images = append(images, panels)
+		if r.Monitor != nil && len(r.Monitor.Panels) > 0 && (shown == nil || r.Mode == ModeSkewgateAuto) {
+			shown = r
 		}
+	}
+	if shown != nil {
+		panels := filepath.Join(o.OutDir, "dashboard.png")
+		if err := WritePanels(panels, shown); err != nil {
+			return err
+		}
+		images = append(images, panels)
 	}
 	for i, img := range images {
 		if rel, err := filepath.Rel(filepath.Dir(path), img); err == nil {

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/lab/testenv"
 )
@@ -88,7 +86,7 @@ func Exclusive(m *testing.M, pkg string, run func(dir string) int) int {
 	}
 	// Every lab uses the same namespaces, bridge and etcd port: packages
 	// that go test runs in parallel take turns.
-	lock, err := lockLab()
+	lock, err := lab.Lock()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, pkg+":", err)
 		return 1
@@ -121,20 +119,6 @@ func BuildCommand(ctx context.Context, dir, name string) (string, error) {
 		return "", fmt.Errorf("build %s: %v\n%s", name, err, out)
 	}
 	return bin, nil
-}
-
-// lockLab waits for the lab lock: an exclusive flock, released when the
-// file is closed by this process and by its reaper.
-func lockLab() (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "skewgate-lab.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("lab lock: %w", err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lab lock: %w", err)
-	}
-	return f, nil
 }
 
 // FreshClient is the lab admin on a new TCP and TLS connection for every
