@@ -42,8 +42,8 @@ type runOptions struct {
 	// adminLoopback serves the secure admin listener on 127.0.0.1 too.
 	adminLoopback bool
 	profiling     bool
-	mode        string
-	logging     *logsapi.LoggingConfiguration
+	mode          string
+	logging       *logsapi.LoggingConfiguration
 	// localFrom says where the local apiserver's URL came from, for the log.
 	localFrom string
 	// handOver and handOverWait: see Succession.
