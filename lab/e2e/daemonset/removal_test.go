@@ -27,10 +27,7 @@ import (
 // hand-over socket is left, in the cluster no switch ConfigMap, upgrade
 // Lease (new namespace or old), Job or Job pod.
 func removalRounds(t *testing.T) {
-	plugin := filepath.Join(t.TempDir(), "kubectl-skewgate")
-	if out, err := exec.Command("go", "build", "-o", plugin, "../../../cmd/kubectl-skewgate").CombinedOutput(); err != nil {
-		t.Fatalf("build kubectl-skewgate: %v\n%s", err, out)
-	}
+	plugin := pluginBinary(t)
 	c := admin(t)
 	t.Run("kustomize", func(t *testing.T) {
 		applyBase(t, images[1])
