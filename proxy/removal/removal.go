@@ -30,9 +30,8 @@ const (
 	// switchNamespace is where the switch lives, whatever --namespace says.
 	switchNamespace = "kube-system"
 	// oldLeaseNamespace held the upgrade Leases before they moved to
-	// upgrade.LeaseNamespace. Drop it one minor after v0.1.0: by then no
-	// supported release writes there.
-	oldLeaseNamespace = "kube-system"
+	// upgrade.LeaseNamespace; it goes when agents stop reading it.
+	oldLeaseNamespace = upgrade.LegacyLeaseNamespace
 	// ControlPlaneLabel marks the nodes skewgate runs on.
 	ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
 	// JobLabel marks the Jobs (and their pods) Uninstall starts.
