@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
+	streamhttp "k8s.io/streaming/pkg/httpstream"
 )
 
 // portForward reaches one pod's port through the apiserver
@@ -56,8 +57,11 @@ func newPortForward(rc *rest.Config, namespace, pod string, port int) (*portForw
 	if err != nil {
 		return nil, err
 	}
+	// client-go's websocket transport fails with k8s.io/streaming's
+	// UpgradeFailureError, apimachinery's twin for SPDY: either is an
+	// apiserver that does not take the websocket.
 	dialer = portforward.NewFallbackDialer(ws, dialer, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+		return httpstream.IsUpgradeFailure(err) || streamhttp.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 	})
 	return &portForward{dialer: dialer, port: port, what: fmt.Sprintf("%s/%s:%d", namespace, pod, port)}, nil
 }
