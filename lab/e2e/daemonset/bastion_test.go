@@ -242,15 +242,24 @@ func kubeletPair(t *testing.T, n lab.Node) tls.Certificate {
 }
 
 // decoy runs a pod with skewgate's label on n, in the DaemonSet's
-// namespace and on the host network, owned by nothing, whose
-// --secure-admin-address names port; it waits until it runs, so a
-// port-forward to it would work.
+// namespace and on the host network, whose --secure-admin-address names
+// port; it waits until it runs, so a port-forward to it would work. Its
+// controller is another object (a ConfigMap here; a ReplicaSet or Job of
+// anyone who may create them in practice): an orphan the DaemonSet
+// controller would adopt.
 func decoy(t *testing.T, n lab.Node, port int) {
 	t.Helper()
 	c := admin(t)
 	ctx := context.Background()
+	owner, err := c.CoreV1().ConfigMaps(dsNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: n.Name + "-decoy-owner"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CoreV1().ConfigMaps(dsNamespace).Delete(context.Background(), owner.Name, metav1.DeleteOptions{}) })
+	yes := true
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name + "-decoy", Namespace: dsNamespace, Labels: map[string]string{"app.kubernetes.io/name": "skewgate"}},
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name + "-decoy", Namespace: dsNamespace, Labels: map[string]string{"app.kubernetes.io/name": "skewgate"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: &yes}}},
 		Spec: corev1.PodSpec{
 			NodeName: n.Name, HostNetwork: true, Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			AutomountServiceAccountToken: new(bool),
