@@ -31,9 +31,22 @@ node's: a kubelet's serving certificate does not pass); a row says why a
 pod is refused. --insecure-skip-tls-verify skips the handshake's checks
 too.
 
+--through-apiserver reaches each proven pod's listener through the
+apiserver instead (a bastion that reaches the apiserver and not the
+nodes): a port-forward to the pod (pods/portforward), which arrives at
+127.0.0.1 on its node (the DaemonSet's --secure-admin-loopback), with the
+same TLS and the same proof inside it: the apiserver and the kubelet carry
+only ciphertext, and the credentials leave only for a proven skewgate. It
+is a flag, not a fallback: it needs create on pods/portforward in the
+namespace, which reaches every loopback port of every host-network pod's
+node there, so the operator chooses it; and a node that does not answer
+directly is what this command reports, not something to route around
+after a timeout per node.
+
 The user needs get on /debug/routes, /debug/explain and /metrics
 (ClusterRole skewgate-debug in deploy/kubernetes), list on pods and get on
-the DaemonSet skewgate in its namespace, and get on nodes.
+the DaemonSet skewgate in its namespace, and get on nodes; with
+--through-apiserver, create on pods/portforward in that namespace too.
 
 Exit status: 0 every node answered and is well; 1 the pods could not be
 listed or some node did not answer (a row says why); 2 the command line is
@@ -55,6 +68,7 @@ type options struct {
 	port       int
 	serverName string
 	output     string
+	through    bool
 }
 
 func (o *options) bind(fs *pflag.FlagSet) {
@@ -69,6 +83,7 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&o.port, "admin-port", 0, "port of every node's secure admin listener (default: the port of each pod's --secure-admin-address)")
 	fs.StringVar(&o.serverName, "node-tls-server-name", "", "name to verify every node's certificate by (default: the node's IP)")
 	fs.StringVarP(&o.output, "output", "o", "", "output format: json, or a table when empty")
+	fs.BoolVar(&o.through, "through-apiserver", false, "reach every node's listener by a port-forward to its pod through the apiserver (needs create on pods/portforward), with the same TLS and proof inside it: for operators who reach the apiserver and not the nodes")
 }
 
 func (o *options) validate() error {
@@ -99,7 +114,7 @@ func (o *options) connect(ctx context.Context) ([]status.Target, status.Options,
 	if len(targets) == 0 {
 		return nil, status.Options{}, fmt.Errorf("no skewgate pods in %s match %s", o.namespace, o.selector)
 	}
-	so := status.Options{Config: rc, ServerName: o.serverName, Insecure: o.overrides.ClusterInfo.InsecureSkipTLSVerify, Timeout: rc.Timeout}
+	so := status.Options{Config: rc, ServerName: o.serverName, Insecure: o.overrides.ClusterInfo.InsecureSkipTLSVerify, Timeout: rc.Timeout, ThroughAPIServer: o.through}
 	return targets, so, nil
 }
 

@@ -23,11 +23,12 @@ then the Jobs and their pods. Running it twice is harmless.
 
 The image defaults to the one the terminating pods ran; once they are gone,
 --image is required. The user needs (docs/security.md, "Who may uninstall"):
-get daemonsets, list pods, get pods/log, create, get and delete jobs in
-kube-system; list nodes; delete the ConfigMap skewgate in kube-system; list
-and delete leases in skewgate and kube-system. Creating that Job runs a
-privileged container on every control-plane node: grant it to cluster admins
-only.`
+get the DaemonSet skewgate, list pods, get pods/log, create, get and delete
+jobs in kube-system; list nodes; get the namespace skewgate; delete the
+ConfigMap skewgate in kube-system; list and delete leases in kube-system, and
+in skewgate while that namespace stays (kubectl delete -k and helm uninstall
+delete it, and its leases with it). Creating that Job runs a privileged
+container on every control-plane node: grant it to cluster admins only.`
 
 func newUninstallCmd(o *options) *cobra.Command {
 	ro := removal.Defaults()

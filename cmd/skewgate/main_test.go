@@ -99,6 +99,28 @@ func TestRunReportsEveryMissingFlagAtOnce(t *testing.T) {
 	}
 }
 
+// --secure-admin-loopback needs a secure listener, and collides with the
+// plain one's default (127.0.0.1:16444) on the manifests' port: both are
+// refused before anything starts, not at bind time.
+func TestSecureAdminLoopbackFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--secure-admin-loopback"}, "no --secure-admin-address to serve on loopback too"},
+		{[]string{"--secure-admin-loopback", "--secure-admin-address=198.18.0.1:16444"}, "which --metrics-bind-address=127.0.0.1:16444 takes"},
+	} {
+		code, _, errOut := skewgate(t, append([]string{"run", "--apiserver-manifest="}, tc.args...)...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("run %v: exit %d, want 2 saying %q: %s", tc.args, code, tc.want, errOut)
+		}
+	}
+	code, _, errOut := skewgate(t, "run", "--apiserver-manifest=", "--secure-admin-loopback", "--secure-admin-address=198.18.0.1:16444", "--metrics-bind-address=")
+	if strings.Contains(errOut, "loopback") {
+		t.Errorf("run with the plain listener off: exit %d, the loopback refused: %s", code, errOut)
+	}
+}
+
 func TestRunHelpHasSections(t *testing.T) {
 	code, out, _ := skewgate(t, "run", "--help")
 	if code != 0 {

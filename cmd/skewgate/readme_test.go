@@ -22,7 +22,8 @@ var notSkewgate = []string{
 	"--nodes", "--dir", "--tag", "--image", "--kubelet", "--skewgate", "--from-literal",
 	"--control-plane", "--upload-certs", "--kubeadm", // kubeadm's, and the lab's kubeadm mode
 	"--namespace", "--set", // helm install's
-	"--goaway-chance", // kube-apiserver's
+	"--goaway-chance",     // kube-apiserver's
+	"--through-apiserver", // kubectl skewgate's
 }
 
 // flagsOf are the flags of cmd and every subcommand, by name.

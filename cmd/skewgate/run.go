@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -38,9 +39,11 @@ type runOptions struct {
 	node        agent.NodeConfig
 	adminAddr   string
 	secureAdmin string
-	profiling   bool
-	mode        string
-	logging     *logsapi.LoggingConfiguration
+	// adminLoopback serves the secure admin listener on 127.0.0.1 too.
+	adminLoopback bool
+	profiling     bool
+	mode          string
+	logging       *logsapi.LoggingConfiguration
 	// localFrom says where the local apiserver's URL came from, for the log.
 	localFrom string
 	// handOver and handOverWait: see Succession.
@@ -145,6 +148,9 @@ func (o *runOptions) flags() cliflag.NamedFlagSets {
 		"callers authenticated by --client-ca-file or the apiserver (TokenReview) and authorized by it (SubjectAccessReview: RBAC nonResourceURLs), /healthz, /livez and /readyz open to anyone; "+
 		"while the local apiserver does not answer, a healthy peer reviews (its certificate must name kubernetes.default.svc), and while none does, a positive decision up to 5 minutes old stands in; "+
 		"it delegates with skewgate's cluster credentials (--kubeconfig or the pod's ServiceAccount), which need the system:auth-delegator ClusterRole (empty: none)")
+	f.BoolVar(&o.adminLoopback, "secure-admin-loopback", false, "serve the secure admin listener on 127.0.0.1 too, at --secure-admin-address's port, with the same authentication and authorization: "+
+		"where a port-forward to the pod arrives (the container runtime dials localhost in the pod's network namespace, the node's with hostNetwork), "+
+		"so `kubectl skewgate --through-apiserver` reaches it from where only the apiserver is reachable")
 	f.StringVar(&o.adminAddr, "metrics-bind-address", o.adminAddr, "plain-HTTP admin listener without authentication, for labs: keep it on loopback, anyone who reaches it reads every endpoint (empty: none)")
 	f.BoolVar(&o.profiling, "profiling", false, "serve /debug/pprof on the admin listener")
 
@@ -159,6 +165,9 @@ func (o *runOptions) validate() error {
 	errs = append(errs, o.proxy.Validate()...)
 	if o.securePort < 1 || o.securePort > 65535 {
 		errs = append(errs, fmt.Errorf("--secure-port %d: want 1-65535", o.securePort))
+	}
+	if err := o.checkAdminLoopback(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.node.Steering && o.proxy.LocalAPIServer != "" {
 		tc := agent.TargetConfig{Addresses: o.node.Addresses, Local: localHostPort(o.proxy.LocalAPIServer), Exempt: o.node.Exempt, Serving: o.node.Serving}
@@ -184,6 +193,27 @@ func (o *runOptions) validate() error {
 		errs = append(errs, fmt.Errorf("logging flags: %w", err))
 	}
 	return utilerrors.NewAggregate(errs)
+}
+
+// checkAdminLoopback refuses --secure-admin-loopback without a secure
+// listener, or with the plain one on the same loopback port (its default,
+// 127.0.0.1:16444, is the secure one's in the manifests): one of the two
+// would fail to bind.
+func (o *runOptions) checkAdminLoopback() error {
+	if !o.adminLoopback {
+		return nil
+	}
+	if o.secureAdmin == "" {
+		return errors.New("--secure-admin-loopback: no --secure-admin-address to serve on loopback too")
+	}
+	_, port, err := net.SplitHostPort(o.secureAdmin)
+	if err != nil {
+		return nil // ServeSecure says what is wrong with it
+	}
+	if h, p, err := net.SplitHostPort(o.adminAddr); err == nil && p == port && (h == "" || h == "127.0.0.1" || h == "0.0.0.0" || h == "::" || h == "localhost") {
+		return fmt.Errorf("--secure-admin-loopback serves 127.0.0.1:%s, which --metrics-bind-address=%s takes: set --metrics-bind-address= (or another port)", port, o.adminAddr)
+	}
+	return nil
 }
 
 // resolveLocal reads where the node's apiserver serves from its manifest
@@ -363,7 +393,8 @@ func serveAdmin(ctx context.Context, o *runOptions, p *proxy.Proxy, succ *agent.
 		// down must not fail with it.
 		if _, err := admin.ServeSecure(ctx, admin.SecureOptions{Address: o.secureAdmin, CertFile: o.proxy.Certs.TLSCert,
 			KeyFile: o.proxy.Certs.TLSKey, ClientCAFile: o.proxy.Certs.ClientCA, Cluster: rc,
-			Peers: admin.PeerDelegates(rc, p.Members), Listen: listen("secure-admin")}, h); err != nil {
+			Peers: admin.PeerDelegates(rc, p.Members), Listen: listen("secure-admin"),
+			Loopback: o.adminLoopback, LoopbackListen: listen("secure-admin-loopback")}, h); err != nil {
 			return fmt.Errorf("--secure-admin-address: %w", err)
 		}
 	}

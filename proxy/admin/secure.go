@@ -43,6 +43,17 @@ type SecureOptions struct {
 	// brackets); Listen opens it (nil: net.Listen).
 	Address string
 	Listen  ListenFunc
+	// Loopback also serves on 127.0.0.1 at Address's port, opened with
+	// LoopbackListen (nil: net.Listen): where a port-forward to the pod
+	// arrives (the container runtime dials localhost:<port> in the pod's
+	// network namespace, the node's for a hostNetwork pod, over IPv4), so
+	// an operator who reaches only the apiserver reaches the listener
+	// through it. Nothing more is open than on Address: the same
+	// authentication and authorization, for callers on the node. An
+	// Address that already takes 127.0.0.1 (it, 0.0.0.0, ::, or no host)
+	// opens nothing more.
+	Loopback       bool
+	LoopbackListen ListenFunc
 	// CertFile and KeyFile are the serving pair, reloaded when they change.
 	CertFile, KeyFile string
 	// ClientCAFile verifies callers' client certificates (optional).
@@ -129,24 +140,59 @@ func ServeSecure(ctx context.Context, o SecureOptions, h http.Handler) (*http.Se
 	if err != nil {
 		return nil, err
 	}
-	listen := o.Listen
-	if listen == nil {
-		listen = tcpListen
-	}
-	ln, err := listen(hostPort(o.Address))
+	ln, err := orListen(o.Listen)(hostPort(o.Address))
 	if err != nil {
 		return nil, fmt.Errorf("secure admin listener: %w", err)
 	}
-	srv := drain.Track(&http.Server{
-		Handler:           withAuth(h, reqAuthn, authz),
-		TLSConfig:         tc,
-		ReadHeaderTimeout: 10 * time.Second,
-		WriteTimeout:      2 * time.Minute, // a 30 s CPU profile
-		IdleTimeout:       90 * time.Second,
-	})
-	go srv.ServeTLS(ln, "", "")
-	stopWith(ctx, srv, ln)
-	return srv.Server, nil
+	lns := []net.Listener{ln}
+	if addr, ok := loopbackTwin(ln.Addr()); o.Loopback && ok {
+		lb, err := orListen(o.LoopbackListen)(addr)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("secure admin listener on loopback: %w", err)
+		}
+		lns = append(lns, lb)
+	}
+	handler := withAuth(h, reqAuthn, authz)
+	var first *http.Server
+	for _, l := range lns {
+		srv := drain.Track(&http.Server{
+			Handler:           handler,
+			TLSConfig:         tc,
+			ReadHeaderTimeout: 10 * time.Second,
+			WriteTimeout:      2 * time.Minute, // a 30 s CPU profile
+			IdleTimeout:       90 * time.Second,
+		})
+		go srv.ServeTLS(l, "", "")
+		stopWith(ctx, srv, l)
+		if first == nil {
+			first = srv.Server
+		}
+	}
+	return first, nil
+}
+
+func orListen(f ListenFunc) ListenFunc {
+	if f == nil {
+		return tcpListen
+	}
+	return f
+}
+
+// loopbackTwin is 127.0.0.1 at the port of a listener on addr, unless
+// that listener takes connections to 127.0.0.1 already: on 127.0.0.1
+// itself, or unspecified (0.0.0.0, and :: on Linux, which takes IPv4
+// too unless bindv6only is set, as it is not by default).
+func loopbackTwin(addr net.Addr) (string, bool) {
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil {
+		return "", false
+	}
+	ip := ap.Addr().Unmap()
+	if ip.IsUnspecified() || ip == netip.AddrFrom4([4]byte{127, 0, 0, 1}) {
+		return "", false
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), ap.Port()).String(), true
 }
 
 // hostPort brackets an IPv6 address that came without them, as

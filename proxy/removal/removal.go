@@ -30,9 +30,8 @@ const (
 	// switchNamespace is where the switch lives, whatever --namespace says.
 	switchNamespace = "kube-system"
 	// oldLeaseNamespace held the upgrade Leases before they moved to
-	// upgrade.LeaseNamespace. Drop it one minor after v0.1.0: by then no
-	// supported release writes there.
-	oldLeaseNamespace = "kube-system"
+	// upgrade.LeaseNamespace; it goes when agents stop reading it.
+	oldLeaseNamespace = upgrade.LegacyLeaseNamespace
 	// ControlPlaneLabel marks the nodes skewgate runs on.
 	ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
 	// JobLabel marks the Jobs (and their pods) Uninstall starts.
@@ -168,9 +167,36 @@ func deleteObjects(ctx context.Context, cs kubernetes.Interface, w io.Writer) er
 	}
 	var errs []error
 	for _, ns := range []string{upgrade.LeaseNamespace, oldLeaseNamespace} {
+		if ns != oldLeaseNamespace {
+			gone, err := namespaceGone(ctx, cs, ns)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if gone {
+				fmt.Fprintf(w, "namespace %s is gone or going, and its Leases with it\n", ns)
+				continue
+			}
+		}
 		errs = append(errs, deleteLeases(ctx, cs, ns, w))
 	}
 	return errors.Join(errs...)
+}
+
+// namespaceGone reports whether ns is deleted or being deleted:
+// `kubectl delete -k` and `helm uninstall` delete skewgate's own
+// namespace, whose controller then deletes its Leases — and every
+// RoleBinding there, so an operator whose rights there came from one
+// would be refused the list.
+func namespaceGone(ctx context.Context, cs kubernetes.Interface, ns string) (bool, error) {
+	n, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("get namespace %s: %w", ns, err)
+	}
+	return n.DeletionTimestamp != nil || n.Status.Phase == corev1.NamespaceTerminating, nil
 }
 
 func deleteLeases(ctx context.Context, cs kubernetes.Interface, ns string, w io.Writer) error {

@@ -3,14 +3,17 @@ package removal
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -57,6 +60,7 @@ func cluster(objs ...runtime.Object) *fake.Clientset {
 	cp := map[string]string{ControlPlaneLabel: ""}
 	objs = append(objs,
 		node("node-a", cp), node("node-b", cp), node("worker", nil),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: upgrade.LeaseNamespace}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: SwitchConfigMap}},
 		lease(upgrade.LeaseNamespace, upgrade.LeaseName("node-a")),
 		lease("kube-system", upgrade.LeaseName("node-b")),
@@ -182,5 +186,90 @@ func TestJobName(t *testing.T) {
 	long := strings.Repeat("n", 100)
 	if got := JobName(long); len(got) > 52 {
 		t.Errorf("JobName of a long node: %d characters", len(got))
+	}
+}
+
+// TestUninstallAsksOnlyItsPermissions: every request Uninstall makes is
+// one of Permissions — the rights docs/security.md tells an operator to
+// hold, which lab/e2e/daemonset grants alone to the user it uninstalls
+// as — and every one of them is asked.
+func TestUninstallAsksOnlyItsPermissions(t *testing.T) {
+	cs := cluster(pod("skewgate-old", true))
+	lists := 0
+	cs.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if lists++; lists == 2 {
+			cs.Tracker().Delete(a.GetResource(), "kube-system", "skewgate-old")
+		}
+		return false, nil, nil
+	})
+	// Each Job's pod, whose log is read.
+	cs.PrependReactor("create", "jobs", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		j := a.(k8stesting.CreateAction).GetObject().(*batchv1.Job)
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name + "-x", Labels: map[string]string{"job-name": j.Name}}}
+		return false, nil, cs.Tracker().Add(p)
+	})
+	if err := Uninstall(context.Background(), cs, options(), &strings.Builder{}); err != nil {
+		t.Fatal(err)
+	}
+	perms := Permissions(options())
+	used := make([]bool, len(perms))
+	for _, a := range cs.Actions() {
+		r := a.GetResource()
+		name := ""
+		if n, ok := a.(interface{ GetName() string }); ok {
+			name = n.GetName()
+		}
+		i := slices.IndexFunc(perms, func(p authorizationv1.ResourceAttributes) bool {
+			return p.Verb == a.GetVerb() && p.Group == r.Group && p.Resource == r.Resource && p.Subresource == a.GetSubresource() &&
+				p.Namespace == a.GetNamespace() && (p.Name == "" || p.Name == name)
+		})
+		if i < 0 {
+			t.Errorf("%s %s/%s %s/%s (%s): in no permission", a.GetVerb(), r.Resource, a.GetSubresource(), a.GetNamespace(), name, r.Group)
+			continue
+		}
+		used[i] = true
+	}
+	for i, p := range perms {
+		if !used[i] {
+			t.Errorf("permission %+v: never asked", p)
+		}
+	}
+}
+
+// TestLeavesAGoneNamespace: skewgate's namespace deleted (kubectl delete
+// -k) or terminating takes its Leases with it: Uninstall asks nothing
+// there — its user's RoleBindings there are gone too — and says so.
+func TestLeavesAGoneNamespace(t *testing.T) {
+	for name, change := range map[string]func(*fake.Clientset){
+		"deleted": func(cs *fake.Clientset) {
+			cs.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("namespaces"), "", upgrade.LeaseNamespace)
+		},
+		"terminating": func(cs *fake.Clientset) {
+			ns, _ := cs.CoreV1().Namespaces().Get(context.Background(), upgrade.LeaseNamespace, metav1.GetOptions{})
+			ns.Status.Phase = corev1.NamespaceTerminating
+			cs.CoreV1().Namespaces().Update(context.Background(), ns, metav1.UpdateOptions{})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cs := cluster()
+			change(cs)
+			cs.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if a.GetNamespace() == upgrade.LeaseNamespace {
+					return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "", errors.New("no RoleBinding left"))
+				}
+				return false, nil, nil
+			})
+			o := options()
+			o.Image = "skewgate:v0.1.0"
+			var out strings.Builder
+			if err := Uninstall(context.Background(), cs, o, &out); err != nil {
+				t.Fatalf("%v\n%s", err, out.String())
+			}
+			for _, want := range []string{"namespace skewgate is gone or going, and its Leases with it\n", "deleted lease kube-system/skewgate-upgrade-node-b\n"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q:\n%s", want, out.String())
+				}
+			}
+		})
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -35,19 +37,33 @@ type Options struct {
 	Insecure bool
 	// Timeout bounds each node's answer (zero: 10 s).
 	Timeout time.Duration
+	// ThroughAPIServer reaches each node's listener by a port-forward to
+	// its pod through the apiserver at Config's Host (a bastion that
+	// reaches the apiserver and not the nodes), with the same TLS and
+	// proof inside it (portForward).
+	ThroughAPIServer bool
 }
 
 // maxParallel is how many nodes are asked at once.
 const maxParallel = 8
 
-// client reaches the admin listener at base (https://ip:port) as the
-// operator.
-func (o Options) client(base string) (*http.Client, error) {
+// client reaches t's admin listener (https://ip:port) as the operator:
+// directly, or through the apiserver.
+func (o Options) client(t Target) (*http.Client, error) {
 	if o.Config == nil {
-		return nil, fmt.Errorf("no credentials to reach %s", base)
+		return nil, fmt.Errorf("no credentials to reach %s", t.URL)
 	}
 	c := rest.CopyConfig(o.Config)
-	c.Host, c.APIPath = base, ""
+	c.Host, c.APIPath = t.URL, ""
+	if o.ThroughAPIServer {
+		pf, err := newPortForward(o.Config, t.Namespace, t.Pod, t.Port)
+		if err != nil {
+			return nil, err
+		}
+		// The stream goes to the pod whatever the URL says, and to no
+		// proxy: the URL's host is what the certificate is verified by.
+		c.Dial, c.Proxy = pf.DialContext, noProxy
+	}
 	c.ServerName = o.ServerName
 	c.Insecure = o.Insecure
 	if o.Insecure {
@@ -66,11 +82,33 @@ func (o Options) client(base string) (*http.Client, error) {
 		return nil, err
 	}
 	tlsCfg.VerifyConnection = proveAPIServer(tlsCfg.RootCAs)
-	rt, err := rest.HTTPWrappersForConfig(c, utilnet.SetTransportDefaults(&http.Transport{TLSClientConfig: tlsCfg}))
+	tr := utilnet.SetTransportDefaults(&http.Transport{TLSClientConfig: tlsCfg, DialContext: c.Dial})
+	if o.ThroughAPIServer {
+		tr.Proxy = noProxy
+	}
+	rt, err := rest.HTTPWrappersForConfig(c, tr)
 	if err != nil {
 		return nil, err
 	}
+	if !o.ThroughAPIServer {
+		rt = unreachableHint{rt}
+	}
 	return &http.Client{Transport: rt, Timeout: c.Timeout}, nil
+}
+
+func noProxy(*http.Request) (*url.URL, error) { return nil, nil }
+
+// unreachableHint names --through-apiserver on a node that cannot be
+// dialled directly: from a bastion, only the apiserver is reachable.
+type unreachableHint struct{ rt http.RoundTripper }
+
+func (h unreachableHint) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := h.rt.RoundTrip(r)
+	var op *net.OpError
+	if err != nil && errors.As(err, &op) && op.Op == "dial" {
+		return nil, fmt.Errorf("%w (where only the apiserver is reachable: --through-apiserver)", err)
+	}
+	return resp, err
 }
 
 // proveAPIServer is a handshake's last check, before any credential is
@@ -114,7 +152,7 @@ func each[T any](ctx context.Context, targets []Target, o Options, f func(contex
 			out[i] = fail(t, t.Err)
 			continue
 		}
-		c, err := o.client(t.URL)
+		c, err := o.client(t)
 		if err != nil {
 			out[i] = fail(t, err)
 			continue

@@ -31,12 +31,14 @@ const (
 
 // Target is one skewgate pod and where its secure admin listener is.
 type Target struct {
-	Node string
-	Pod  string
+	Node      string
+	Namespace string
+	Pod       string
 	// URL is https://<host IP>:<port>; empty when Err says why there is
-	// none.
-	URL string
-	Err error
+	// none. Port is its port: where a port-forward to the pod goes.
+	URL  string
+	Port int
+	Err  error
 }
 
 // Targets lists the skewgate pods matching selector in namespace, by node
@@ -79,7 +81,7 @@ func Targets(ctx context.Context, cs kubernetes.Interface, namespace, selector s
 }
 
 func target(pod *corev1.Pod, port int) Target {
-	t := Target{Node: pod.Spec.NodeName, Pod: pod.Name}
+	t := Target{Node: pod.Spec.NodeName, Namespace: pod.Namespace, Pod: pod.Name}
 	if t.Node == "" {
 		t.Node = "(unscheduled)"
 	}
@@ -95,7 +97,7 @@ func target(pod *corev1.Pod, port int) Target {
 		t.Err = fmt.Errorf("pod %s has no host IP yet (phase %q)", pod.Name, pod.Status.Phase)
 		return t
 	}
-	t.URL = "https://" + net.JoinHostPort(pod.Status.HostIP, strconv.Itoa(port))
+	t.URL, t.Port = "https://"+net.JoinHostPort(pod.Status.HostIP, strconv.Itoa(port)), port
 	return t
 }
 

@@ -21,6 +21,16 @@ const (
 	// leases and the apiservers' identity leases; RBAC cannot limit create
 	// by name).
 	LeaseNamespace = "skewgate"
+	// LegacyLeaseNamespace held the leases before they moved to
+	// LeaseNamespace. Agents read them there too, never write them, so that
+	// during skewgate's own rollout from such a build the old agents'
+	// upgrades still reach the new ones (the other way, new to old, cannot
+	// be had: the ServiceAccount may not write Leases in kube-system;
+	// docs/security.md says what that leaves). They count as every lease
+	// does, bounded the same (leaseUntil). Drop it, with proxy/removal's
+	// cleanup there, one minor after v0.1.0: by then no supported release
+	// writes there (TestLegacyNamespaceForOneMinor).
+	LegacyLeaseNamespace = "kube-system"
 	// LeasePrefix + the node's name is a node's lease.
 	LeasePrefix = "skewgate-upgrade-"
 	// Label marks the leases (value "true"); agents watch by it.

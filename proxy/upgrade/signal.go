@@ -7,7 +7,8 @@
 // the new image the instant before the kubelet restarts the apiserver (a
 // rollback restores the old one): each agent watches its own node's and,
 // while it names another version than the apiserver runs, keeps a Lease
-// in skewgate's namespace (LeaseNamespace) fresh; every agent watches those Leases, so the manifest
+// in skewgate's namespace (LeaseNamespace) fresh; every agent watches those Leases (and, for one
+// release, reads older builds' in LegacyLeaseNamespace), so the manifest
 // reaches every node within tens of milliseconds of the old apiserver's
 // SIGTERM (the kubeadm drill: 10 ms on the node, 70 ms on the others).
 package upgrade
@@ -99,8 +100,8 @@ type Signal struct {
 	// restarted mid-upgrade, its apiserver down) this node's own lease,
 	// kept by its predecessor, still counts.
 	decided bool
-	leases  coordinationlisters.LeaseNamespaceLister // nil until Run has a client
-	jobs    batchlisters.JobNamespaceLister          // nil until Run has a client, or without Announcements
+	leases  []coordinationlisters.LeaseNamespaceLister // by namespace; none until Run has a client
+	jobs    batchlisters.JobNamespaceLister            // nil until Run has a client, or without Announcements
 	on      bool
 	reason  string
 	expiry  *time.Timer // re-evaluates when the next fresh lease expires
@@ -151,6 +152,9 @@ func (s *Signal) evaluate(now time.Time) (bool, string) {
 		reasons = append(reasons, a.reason())
 	}
 	slices.Sort(reasons)
+	// A node whose lease is in both namespaces (its agent replaced
+	// mid-upgrade by a newer one) is one reason.
+	reasons = slices.Compact(reasons)
 	return len(reasons) > 0, strings.Join(reasons, "; ")
 }
 
@@ -176,22 +180,27 @@ func (s *Signal) leaseUntil(l *coordinationv1.Lease, now time.Time) (Condition, 
 	if !ok {
 		return c, time.Time{}, false
 	}
-	return c, s.seen.since("lease/"+l.Name, renewed, now).Add(d), true
+	return c, s.seen.since(leaseKey(l), renewed, now).Add(d), true
 }
 
+// leaseKey names a lease among both namespaces' (seen).
+func leaseKey(l *coordinationv1.Lease) string { return "lease/" + l.Namespace + "/" + l.Name }
+
+// list is every agent's lease, in LeaseNamespace and LegacyLeaseNamespace.
 func (s *Signal) list() []*coordinationv1.Lease {
-	if s.leases == nil {
-		return nil
+	var out []*coordinationv1.Lease
+	for _, l := range s.leases {
+		ls, _ := l.List(labels.Everything()) // a cache lister does not fail
+		out = append(out, ls...)
 	}
-	ls, _ := s.leases.List(labels.Everything()) // a cache lister does not fail
-	return ls
+	return out
 }
 
 // forgetGone drops what was first seen of objects no longer listed.
 func (s *Signal) forgetGone() {
 	live := map[string]bool{}
 	for _, l := range s.list() {
-		live["lease/"+l.Name] = true
+		live[leaseKey(l)] = true
 	}
 	for _, j := range s.listJobs() {
 		live["job/"+j.Name] = true
@@ -294,20 +303,23 @@ func (s *Signal) poll(ctx context.Context, p *publisher) {
 	p.sync(ctx, c, decided, time.Now())
 }
 
-// follow starts an informer on the agents' leases; it does not wait for
-// its sync: until then only this node's manifest counts.
+// follow starts an informer on the agents' leases in each namespace
+// (read only in LegacyLeaseNamespace); it does not wait for their sync:
+// until then only this node's manifest counts.
 func (s *Signal) follow(ctx context.Context, client kubernetes.Interface) {
-	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(LeaseNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = Label + "=true" }))
-	inf := f.Coordination().V1().Leases()
-	changed := func(any) { s.changed() }
-	inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: changed,
-		UpdateFunc: func(_, obj any) { s.changed() }, DeleteFunc: changed})
-	s.mu.Lock()
-	s.leases = inf.Lister().Leases(LeaseNamespace)
-	s.mu.Unlock()
-	f.Start(ctx.Done())
-	context.AfterFunc(ctx, f.Shutdown)
+	for _, ns := range []string{LeaseNamespace, LegacyLeaseNamespace} {
+		f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = Label + "=true" }))
+		inf := f.Coordination().V1().Leases()
+		changed := func(any) { s.changed() }
+		inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: changed,
+			UpdateFunc: func(_, obj any) { s.changed() }, DeleteFunc: changed})
+		s.mu.Lock()
+		s.leases = append(s.leases, inf.Lister().Leases(ns))
+		s.mu.Unlock()
+		f.Start(ctx.Done())
+		context.AfterFunc(ctx, f.Shutdown)
+	}
 	if s.cfg.Announcements {
 		s.followJobs(ctx, client)
 	}

@@ -22,7 +22,8 @@ const leaseSlack = 5 * time.Second
 // TestDaemonSet is the life of skewgate as a DaemonSet, in order: apply,
 // the pod confined as its securityContext says (seccomp, no_new_privs,
 // two capabilities, a read-only root), only the six pki files it reads in
-// the pod, the false 404 fixed through
+// the pod, `kubectl skewgate status` through the apiserver alone (the
+// bastion path, its refusals too), the false 404 fixed through
 // the pod (and back with `steer off` on the host), its serving certificate
 // renewed on the node and served without a restart, a rollout and a
 // deletion with no failed new connection, the static-pod form taking over
@@ -51,6 +52,7 @@ func TestDaemonSet(t *testing.T) {
 
 	t.Run("hardened", hardened)
 	t.Run("pki", pkiSeen)
+	t.Run("through apiserver", throughAPIServer)
 	t.Run("false404", func(t *testing.T) { falseFourOhFour(t, a) })
 	t.Run("renew", func(t *testing.T) { renew(t, a) })
 	t.Run("rollout", func(t *testing.T) {

@@ -23,20 +23,20 @@ import (
 
 // removal: installed with kustomize, then with Helm; each time removed
 // as docs/deploy.md says (kubectl delete -k, helm uninstall), then
-// `kubectl skewgate uninstall`: on every node no pin, state file or
+// `kubectl skewgate uninstall` (the first time as a user holding only
+// the rights docs/security.md lists): on every node no pin, state file or
 // hand-over socket is left, in the cluster no switch ConfigMap, upgrade
 // Lease (new namespace or old), Job or Job pod.
 func removalRounds(t *testing.T) {
-	plugin := filepath.Join(t.TempDir(), "kubectl-skewgate")
-	if out, err := exec.Command("go", "build", "-o", plugin, "../../../cmd/kubectl-skewgate").CombinedOutput(); err != nil {
-		t.Fatalf("build kubectl-skewgate: %v\n%s", err, out)
-	}
+	plugin := pluginBinary(t)
 	c := admin(t)
+	// As a user holding only what docs/security.md lists (grantUninstall).
 	t.Run("kustomize", func(t *testing.T) {
 		applyBase(t, images[1])
+		grantUninstall(t, c)
 		removeRound(t, c, plugin, func() {
 			t.Logf("kubectl delete -k:\n%s", kubectl(t, "delete", "-k", filepath.Join(plane.Dir, "overlay")))
-		}, "--image=skewgate:"+images[1])
+		}, "--image=skewgate:"+images[1], "--as="+uninstaller)
 	})
 	t.Run("helm", func(t *testing.T) {
 		h, err := lab.EnsureHelm(context.Background(), lab.DefaultCacheDir(), os.Stderr)
