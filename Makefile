@@ -22,6 +22,9 @@ VERSION    := $(VERSION)
 COMMIT     := $(COMMIT)
 BUILD_DATE := $(BUILD_DATE)
 LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
+# Where skewgate's image is published (deploy/kubernetes.DefaultRepository,
+# which the manifests name): make image names its archive's image there.
+REPOSITORY ?= ghcr.io/skewgate/skewgate
 
 .PHONY: version all build test test-deps lab-build lab-up lab-down demo bench bench-micro fmt vet fuzz soak scale upgrade-drill image release lab-deploy kubelet-packages
 
@@ -36,7 +39,7 @@ build:
 	$(GO) build -o $(BIN)/kubectl-skewgate ./cmd/kubectl-skewgate
 	$(GO) build -o $(BIN)/skewlab ./cmd/skewlab
 
-# skewgate's OCI image archive, skewgate:$(VERSION): an image index for
+# skewgate's OCI image archive, $(REPOSITORY):$(VERSION): an image index for
 # linux/amd64 and linux/arm64, each a static binary on no base, built
 # without a container daemon, and its SPDX SBOM (bin/skewgate-image.spdx.json,
 # from the modules the binaries link); the same commit gives the same
@@ -44,7 +47,7 @@ build:
 # (the node's platform).
 image: build
 	$(BIN)/skewlab image --version $(VERSION) --revision $(COMMIT) --created $(BUILD_DATE) \
-		--ldflags '-s -w $(LDFLAGS)' --out $(BIN)/skewgate-image.tar
+		--ldflags '-s -w $(LDFLAGS)' --repository $(REPOSITORY) --out $(BIN)/skewgate-image.tar
 
 # A release of the clean tree at one commit (docs/release.md), into
 # bin/release/$(VERSION) (git-ignored: never commit it): the image archive
@@ -55,7 +58,6 @@ image: build
 # given (vX.Y.Z); RELEASE_KEY is the signing key's file (default:
 # $$SKEWGATE_RELEASE_KEY holds it); DRY_RUN=on signs with a throwaway key
 # into bin/release/$(VERSION)-dry-run (make test runs it: deploy/release).
-REPOSITORY  ?= ghcr.io/skewgate/skewgate
 RELEASE_KEY ?=
 DRY_RUN     ?= off
 release: build
@@ -122,7 +124,7 @@ lab-up: $(LAB_UP_DEPS)
 # skewgate's DaemonSet (deploy/kubernetes, the tag of `make image`) on a
 # KUBELET=on lab.
 lab-deploy: build
-	$(BIN)/skewlab deploy --dir $(LAB_DIR) --tag $(VERSION)
+	$(BIN)/skewlab deploy --dir $(LAB_DIR) --repository $(REPOSITORY) --tag $(VERSION)
 
 # What the kubelet mode runs from Debian: containerd, runc, the CNI
 # loopback plugin.
