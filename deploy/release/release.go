@@ -124,7 +124,7 @@ func build(ctx context.Context, o Options, src source, dir string) error {
 	if err := writeManifests(o, img.ref(o), dir); err != nil {
 		return err
 	}
-	if err := packageChart(ctx, o, img.digest, dir); err != nil {
+	if err := packageChart(ctx, o, src, img.digest, dir); err != nil {
 		return err
 	}
 	return writeSums(o.Key, dir)
