@@ -22,8 +22,11 @@ VERSION    := $(VERSION)
 COMMIT     := $(COMMIT)
 BUILD_DATE := $(BUILD_DATE)
 LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
+# Where skewgate's image is published (deploy/kubernetes.DefaultRepository,
+# which the manifests name): make image names its archive's image there.
+REPOSITORY ?= ghcr.io/skewgate/skewgate
 
-.PHONY: version all build test test-deps lab-build lab-up lab-down demo bench bench-micro fmt vet fuzz soak scale upgrade-drill image lab-deploy kubelet-packages
+.PHONY: version all build test test-deps lab-build lab-up lab-down demo bench bench-micro fmt vet fuzz soak scale upgrade-drill image release lab-deploy kubelet-packages
 
 all: build
 
@@ -36,7 +39,7 @@ build:
 	$(GO) build -o $(BIN)/kubectl-skewgate ./cmd/kubectl-skewgate
 	$(GO) build -o $(BIN)/skewlab ./cmd/skewlab
 
-# skewgate's OCI image archive, skewgate:$(VERSION): an image index for
+# skewgate's OCI image archive, $(REPOSITORY):$(VERSION): an image index for
 # linux/amd64 and linux/arm64, each a static binary on no base, built
 # without a container daemon, and its SPDX SBOM (bin/skewgate-image.spdx.json,
 # from the modules the binaries link); the same commit gives the same
@@ -44,7 +47,24 @@ build:
 # (the node's platform).
 image: build
 	$(BIN)/skewlab image --version $(VERSION) --revision $(COMMIT) --created $(BUILD_DATE) \
-		--ldflags '-s -w $(LDFLAGS)' --out $(BIN)/skewgate-image.tar
+		--ldflags '-s -w $(LDFLAGS)' --repository $(REPOSITORY) --out $(BIN)/skewgate-image.tar
+
+# A release of the clean tree at one commit (docs/release.md), into
+# bin/release/$(VERSION) (git-ignored: never commit it): the image archive
+# as `make image` builds it, its SBOM and SLSA provenance, a cosign
+# signature of its digest, the packaged chart and index.yaml, the kustomize
+# and static-pod manifests naming REPOSITORY:VERSION@sha256:…, SHA256SUMS
+# and its signature; then checked as an operator would. VERSION must be
+# given (vX.Y.Z); RELEASE_KEY is the signing key's file (default:
+# $$SKEWGATE_RELEASE_KEY holds it); DRY_RUN=on signs with a throwaway key
+# into bin/release/$(VERSION)-dry-run (make test runs it: deploy/release).
+RELEASE_KEY ?=
+DRY_RUN     ?= off
+release: build
+	@case "$(origin VERSION)" in "command line"|environment*) ;; \
+		*) echo "make release: name the release: make release VERSION=vX.Y.Z (docs/release.md)" >&2; exit 2;; esac
+	$(BIN)/skewlab release --version $(VERSION) --repository $(REPOSITORY) \
+		$(if $(RELEASE_KEY),--key-file $(RELEASE_KEY),) $(if $(filter on,$(DRY_RUN)),--dry-run,)
 
 # The lab's kube-apiservers are built first, on their own, so their
 # minutes-long first build shows its progress instead of hiding in go test.
@@ -52,10 +72,11 @@ lab-build: build
 	$(BIN)/skewlab build $(if $(filter on,$(KUBELET)),--kubelet,) $(if $(filter on,$(KUBEADM)),--kubeadm,)
 
 # The kubelet and kubeadm labs' binaries too (e2e/daemonset,
-# e2e/kubeadm), helm (deploy/helm's lint and render) and the next upgrade's
-# apiserver (e2e/next), so their first build shows its progress here.
+# e2e/kubeadm), helm (deploy/helm's lint and render), cosign (the release's
+# signature, deploy/release) and the next upgrade's apiserver (e2e/next),
+# so their first build shows its progress here.
 test: test-deps vet build
-	$(BIN)/skewlab build --kubelet --kubeadm --helm
+	$(BIN)/skewlab build --kubelet --kubeadm --helm --cosign
 	$(BIN)/skewlab build --versions v1.37.2
 	$(GOTEST) ./...
 
@@ -103,7 +124,7 @@ lab-up: $(LAB_UP_DEPS)
 # skewgate's DaemonSet (deploy/kubernetes, the tag of `make image`) on a
 # KUBELET=on lab.
 lab-deploy: build
-	$(BIN)/skewlab deploy --dir $(LAB_DIR) --tag $(VERSION)
+	$(BIN)/skewlab deploy --dir $(LAB_DIR) --repository $(REPOSITORY) --tag $(VERSION)
 
 # What the kubelet mode runs from Debian: containerd, runc, the CNI
 # loopback plugin.

@@ -90,6 +90,7 @@ type Node struct {
 	ln     *net.TCPListener
 	cs     *ConnStat
 	reason string // why there is no steering, while there is none
+	sweep  string // whether the sweep can run here (NodeStatus.Sweep)
 
 	mu sync.Mutex
 	st *Steering
@@ -130,6 +131,7 @@ func Listen(addr string, cfg NodeConfig, reg prometheus.Registerer) (*Node, erro
 		return nil, err
 	}
 	n.reason = "waiting until skewgate is ready"
+	n.sweep = sweepStatus(cfg.ResetDirect)
 	n.wants.Store(pinnedHold(cfg.PinPath))
 	cs, err := StartConnStat(ConnStatConfig{
 		PinPath: cfg.PinPath, CgroupPath: cfg.CgroupRoot, ProxyPort: uint16(ln.Addr().(*net.TCPAddr).Port), UpstreamPort: n.target.Primary.Port(), ProxyTGID: OwnTGID(),
@@ -225,6 +227,9 @@ type NodeStatus struct {
 	// DirectErr says why they could not be counted.
 	Direct    []Direct
 	DirectErr string
+	// Sweep says whether the sweep of quiet direct connections can run
+	// when a window opens: "ok", "off: …" or "unsupported: …" (ProbeSweep).
+	Sweep string
 }
 
 // Status describes steering and connstat for /debug/routes: besides their
@@ -271,7 +276,19 @@ func (n *Node) status() NodeStatus {
 		out.LocalAway = w.LocalAway + ": its clients' new connections go to peers until it is back"
 	}
 	out.Apiserver = n.target.Served.String()
+	out.Sweep = n.sweep
 	return out
+}
+
+// sweepStatus is NodeStatus.Sweep for a node whose sweep is on or not.
+func sweepStatus(on bool) string {
+	if !on {
+		return "off: --steering-reset-direct=false"
+	}
+	if err := ProbeSweep(); err != nil {
+		return "unsupported: " + err.Error() + ": direct connections from before a window stay on their apiserver until it sends them a GOAWAY"
+	}
+	return "ok"
 }
 
 // Withdraw stops steering new connections into the listener at once, as

@@ -255,3 +255,27 @@ func (r *diagRequest) Serialize() []byte {
 	binary.NativeEndian.PutUint32(b[52:], r.id.Cookie[1])
 	return b
 }
+
+// ProbeSweep returns nil if this kernel can end a socket with SOCK_DESTROY
+// (CONFIG_INET_DIAG_DESTROY, Linux 4.5), which the sweep needs, and an
+// error wrapping ErrNotSupported if it cannot. It asks to end a socket that
+// does not exist: a kernel that can answers ENOENT, one built without the
+// option EOPNOTSUPP, before any socket is looked up.
+func ProbeSweep() error {
+	none := &netlink.Socket{Family: unix.AF_INET, ID: netlink.SocketID{
+		Source: net.IPv4zero, Destination: net.IPv4zero, Cookie: [2]uint32{^uint32(0), ^uint32(0)}}}
+	return sweepSupport(destroy(none))
+}
+
+// sweepSupport reads the answer to ProbeSweep's request.
+func sweepSupport(err error) error {
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return nil
+	case err == nil:
+		return errors.New("SOCK_DESTROY of no socket succeeded: cannot tell")
+	case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENOTSUP):
+		return fmt.Errorf("%w: SOCK_DESTROY (CONFIG_INET_DIAG_DESTROY): %w", ErrNotSupported, err)
+	}
+	return fmt.Errorf("SOCK_DESTROY: %w", err)
+}

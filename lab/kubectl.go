@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/skewgate/skewgate/deploy/kubernetes"
 )
 
 // Kubectl returns the lab's kubectl (KubectlVersion, built like the
@@ -20,7 +22,8 @@ func (p *Plane) Kubectl(ctx context.Context) (string, error) {
 }
 
 // ApplyKustomize runs `kubectl apply -k` as the lab admin on an overlay of
-// base (a kustomize directory) that sets the tag of image and appends
+// base (a kustomize directory) that runs image:tag where the base names
+// kubernetes.DefaultRepository (the lab imports its own image) and appends
 // args to the first container of every DaemonSet (e.g.
 // --steering-mode=always), as an operator's overlay would, and returns
 // kubectl's output.
@@ -45,14 +48,7 @@ func (p *Plane) ApplyKustomize(ctx context.Context, base, image, tag string, arg
 	if err != nil {
 		return "", err
 	}
-	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\n"+
-		"images:\n  - name: %s\n    newTag: %s\n", rel, image, tag)
-	if len(args) > 0 {
-		k += "patches:\n  - target:\n      kind: DaemonSet\n    patch: |-\n"
-		for _, a := range args {
-			k += fmt.Sprintf("      - op: add\n        path: /spec/template/spec/containers/0/args/-\n        value: %q\n", a)
-		}
-	}
+	k := overlay(rel, image, tag, args...)
 	if err := writeFile(filepath.Join(dir, "kustomization.yaml"), k); err != nil {
 		return "", err
 	}
@@ -62,4 +58,19 @@ func (p *Plane) ApplyKustomize(ctx context.Context, base, image, tag string, arg
 		return "", fmt.Errorf("kubectl apply -k %s: %w\n%s", base, err, out)
 	}
 	return string(out), nil
+}
+
+// overlay is the kustomization of ApplyKustomize: the base at rel, image:tag
+// where the base names kubernetes.DefaultRepository, args appended to the
+// first container of every DaemonSet.
+func overlay(rel, image, tag string, args ...string) string {
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\n"+
+		"images:\n  - name: %s\n    newName: %s\n    newTag: %s\n", rel, kubernetes.DefaultRepository, image, tag)
+	if len(args) > 0 {
+		k += "patches:\n  - target:\n      kind: DaemonSet\n    patch: |-\n"
+		for _, a := range args {
+			k += fmt.Sprintf("      - op: add\n        path: /spec/template/spec/containers/0/args/-\n        value: %q\n", a)
+		}
+	}
+	return k
 }

@@ -20,7 +20,7 @@ func newManifestCmd() *cobra.Command {
 }
 
 func newStaticPodCmd() *cobra.Command {
-	s := kubernetes.StaticPod{Image: "skewgate:" + buildVersion().Version}
+	s := kubernetes.StaticPod{Image: kubernetes.DefaultImage(buildVersion().Version)}
 	var steer, local, secureAdmin string
 	cmd := &cobra.Command{
 		Use:   "static-pod",
@@ -43,7 +43,7 @@ kubeadm user certificate for system:skewgate).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&s.Image, "image", s.Image, "skewgate's image")
+	f.StringVar(&s.Image, "image", s.Image, "skewgate's image (default: "+kubernetes.DefaultRepository+" at this binary's version; make release renders the release's by digest)")
 	f.StringVar(&s.PKIDir, "pki-dir", kubernetes.PKIDir, "kubeadm's certificate directory on the node")
 	f.StringVar(&s.Kubeconfig, "kubeconfig", "/etc/kubernetes/skewgate.conf", "kubeconfig on the node skewgate reads the cluster with (a static pod has no ServiceAccount)")
 	f.StringVar(&steer, "steer-address", "", "skewgate run --steer-address (default: its own default)")

@@ -10,7 +10,7 @@ import (
 // cluster's switch sets the mode (steeringMode).
 func steeringView(st agent.NodeStatus, fromSwitch bool) *admin.SteeringView {
 	v := &admin.SteeringView{Layout: admin.SteeringLayout, State: st.Steering, Connstat: st.Connstat, Mode: st.Mode,
-		OffWaits: st.OffWaits, LocalAway: st.LocalAway, Apiserver: st.Apiserver, DirectError: st.DirectErr}
+		OffWaits: st.OffWaits, LocalAway: st.LocalAway, Apiserver: st.Apiserver, DirectError: st.DirectErr, Sweep: st.Sweep}
 	if st.Mode != "" {
 		v.ModeFrom = admin.ModeFromFlag
 		if fromSwitch {

@@ -11,7 +11,7 @@ import (
 func newBuildCmd() *cobra.Command {
 	cache := lab.DefaultCacheDir()
 	versions := []string{lab.OldVersion, lab.NewVersion}
-	var kubelet, kubeadm, helm bool
+	var kubelet, kubeadm, helm, cosign bool
 	cmd := &cobra.Command{
 		Use:   "build",
 		Short: "Build etcd and the kube-apiservers into the lab cache (reused when present)",
@@ -30,7 +30,12 @@ func newBuildCmd() *cobra.Command {
 				}
 			}
 			if helm {
-				_, err := lab.EnsureHelm(cmd.Context(), cache, os.Stdout)
+				if _, err := lab.EnsureHelm(cmd.Context(), cache, os.Stdout); err != nil {
+					return err
+				}
+			}
+			if cosign {
+				_, err := lab.EnsureCosign(cmd.Context(), cache, os.Stdout)
 				return err
 			}
 			return nil
@@ -41,5 +46,6 @@ func newBuildCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&kubeadm, "kubeadm", false, "also build kubeadm, kube-controller-manager, kube-scheduler and a kubelet per version, and kubectl "+lab.KubectlVersion)
 	cmd.Flags().BoolVar(&kubelet, "kubelet", false, "also build a kubelet per version, kube-controller-manager and kube-scheduler at the oldest, and kubectl "+lab.KubectlVersion)
 	cmd.Flags().BoolVar(&helm, "helm", false, "also build helm "+lab.HelmVersion+" (deploy/helm's lint and render)")
+	cmd.Flags().BoolVar(&cosign, "cosign", false, "also build cosign "+lab.CosignVersion+" (make release's signature, checked as operators check it)")
 	return cmd
 }

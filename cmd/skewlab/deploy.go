@@ -3,12 +3,13 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/skewgate/skewgate/deploy/kubernetes"
 	"github.com/skewgate/skewgate/lab"
 )
 
 func newDeployCmd() *cobra.Command {
 	dir, cache := lab.DefaultDir(), lab.DefaultCacheDir()
-	base, tag := "deploy/kubernetes", ""
+	base, tag, repo := "deploy/kubernetes", "", kubernetes.DefaultRepository
 	cmd := &cobra.Command{
 		Use:   "deploy",
 		Short: "kubectl apply -k a kustomize base with skewgate's image tag set, on a kubelet lab (make lab-deploy)",
@@ -17,7 +18,7 @@ func newDeployCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out, err := p.ApplyKustomize(cmd.Context(), base, "skewgate", tag)
+			out, err := p.ApplyKustomize(cmd.Context(), base, repo, tag)
 			cmd.Print(out)
 			return err
 		},
@@ -27,6 +28,7 @@ func newDeployCmd() *cobra.Command {
 	f.StringVar(&cache, "cache", cache, "binary cache ($SKEWGATE_LAB_CACHE)")
 	f.StringVar(&base, "base", base, "kustomize directory to apply")
 	f.StringVar(&tag, "tag", tag, "skewgate image tag (make image's VERSION)")
+	f.StringVar(&repo, "repository", repo, "skewgate image repository (make image's REPOSITORY)")
 	cmd.MarkFlagRequired("tag")
 	return cmd
 }

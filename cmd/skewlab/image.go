@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/skewgate/skewgate/deploy/image"
+	"github.com/skewgate/skewgate/deploy/kubernetes"
 )
 
 func newImageCmd() *cobra.Command {
@@ -73,7 +74,7 @@ func newImageCmd() *cobra.Command {
 	f.StringVar(&s.Entrypoint, "entrypoint", "/skewgate", "path of the binary in the image")
 	f.StringVar(&b.Package, "package", b.Package, "Go package to build")
 	f.StringVar(&b.LDFlags, "ldflags", "", "go build -ldflags")
-	f.StringVar(&repo, "repository", "skewgate", "image name without tag")
+	f.StringVar(&repo, "repository", kubernetes.DefaultRepository, "image name without tag (where it is published)")
 	f.StringVar(&out, "out", "bin/skewgate-image.tar", "OCI archive to write")
 	f.StringSliceVar(&arches, "arch", arches, "architectures to build for, each linux/<arch>")
 	f.StringVar(&sbom, "sbom", "", "SPDX JSON SBOM to write (default: the archive's name with .spdx.json)")

@@ -23,6 +23,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newBuildCmd(), newUpCmd(), newDownCmd(), newDrillCmd(), newImageCmd(), newDeployCmd())
+	root.AddCommand(newBuildCmd(), newUpCmd(), newDownCmd(), newDrillCmd(), newImageCmd(), newDeployCmd(), newReleaseCmd())
 	return root
 }

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/skewgate/skewgate/deploy/kubernetes"
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/lab/testenv"
 )
@@ -236,6 +237,22 @@ func TestSwitchPolicyOff(t *testing.T) {
 		delete(want, key)
 	}
 	requireSame(t, render(t, "switchPolicy.enabled=false"), want)
+}
+
+// TestImageRepositoryRequired: the chart names no image it was not told
+// (an empty image.repository fails the render, naming the default), and a
+// digest pins the image as repository:tag@digest.
+func TestImageRepositoryRequired(t *testing.T) {
+	cmd := exec.Command(helm(t), "template", "skewgate", chart, "--set", "image.repository=")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "image.repository is required") {
+		t.Errorf("helm template with image.repository empty: %v\n%s", err, out)
+	}
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	ds := as[appsv1.DaemonSet](t, render(t, "image.tag=v9.9.9", "image.digest="+digest), dsKey)
+	if got, want := ds.Spec.Template.Spec.Containers[0].Image, kubernetes.DefaultRepository+":v9.9.9@"+digest; got != want {
+		t.Errorf("image %s, want %s", got, want)
+	}
 }
 
 // TestChartVersion: the chart's appVersion, which tags the image by

@@ -2,11 +2,13 @@ package image
 
 import (
 	"archive/tar"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -155,4 +157,38 @@ func Summarize(img v1.Image, archive string) (Summary, error) {
 	}
 	s.ArchiveBytes = st.Size()
 	return s, nil
+}
+
+// ArchiveName returns the name an archive of WriteArchive or
+// WriteIndexArchive gives its image, as containerd imports it, split into
+// repository and tag (e.g. ghcr.io/skewgate/skewgate and v0.1.0).
+func ArchiveName(archive string) (repository, tag string, err error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return "", "", err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			return "", "", fmt.Errorf("%s: no index.json: %w", archive, err)
+		}
+		if hdr.Name != "index.json" {
+			continue
+		}
+		var idx v1.IndexManifest
+		if err := json.NewDecoder(tr).Decode(&idx); err != nil {
+			return "", "", fmt.Errorf("%s: index.json: %w", archive, err)
+		}
+		if len(idx.Manifests) != 1 {
+			return "", "", fmt.Errorf("%s: index.json names %d images, want 1", archive, len(idx.Manifests))
+		}
+		ref := idx.Manifests[0].Annotations[annotationContainerdName]
+		i := strings.LastIndex(ref, ":")
+		if i < 0 || strings.Contains(ref[i:], "/") {
+			return "", "", fmt.Errorf("%s: image name %q has no tag", archive, ref)
+		}
+		return ref[:i], ref[i+1:], nil
+	}
 }

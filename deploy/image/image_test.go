@@ -101,6 +101,9 @@ func TestConfigAndIndex(t *testing.T) {
 	if got := indexImageName(t, out); got != "docker.io/library/skewgate:v9.9.9" {
 		t.Errorf("index names the image %q", got)
 	}
+	if repo, tag, err := ArchiveName(out); repo != "docker.io/library/skewgate" || tag != "v9.9.9" || err != nil {
+		t.Errorf("ArchiveName: %s %s %v", repo, tag, err)
+	}
 }
 
 func indexImageName(t *testing.T, archive string) string {

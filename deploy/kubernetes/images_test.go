@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/skewgate/skewgate/deploy/kubernetes"
 )
 
 // release is the Makefile's RELEASE: the version the manifests name.
@@ -29,9 +31,9 @@ func release(t *testing.T) string {
 // TestImagesThroughKustomize: every container of every kustomization
 // (the uninstall Job's too) gets its image from kustomize's images:, so
 // `kustomize edit set image` reaches it: the files name the bare image,
-// the rendered objects skewgate:<the Makefile's RELEASE>.
+// the rendered objects DefaultRepository:<the Makefile's RELEASE>.
 func TestImagesThroughKustomize(t *testing.T) {
-	want := "skewgate:" + release(t)
+	want := kubernetes.DefaultRepository + ":" + release(t)
 	for where, spec := range podSpecs(t) {
 		for _, c := range append(spec.InitContainers, spec.Containers...) {
 			if c.Image != want {
@@ -54,7 +56,9 @@ func TestImagesThroughKustomize(t *testing.T) {
 	for _, dir := range []string{"base", "uninstall"} {
 		var k struct {
 			Images []struct {
-				Name, NewName, NewTag string
+				Name    string `json:"name"`
+				NewName string `json:"newName"`
+				NewTag  string `json:"newTag"`
 			} `json:"images"`
 		}
 		data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
@@ -64,8 +68,36 @@ func TestImagesThroughKustomize(t *testing.T) {
 		if err := yaml.Unmarshal(data, &k); err != nil {
 			t.Fatal(err)
 		}
-		if len(k.Images) != 1 || k.Images[0].Name != "skewgate" || "skewgate:"+k.Images[0].NewTag != want {
-			t.Errorf("%s/kustomization.yaml: images %+v, want skewgate tagged %s", dir, k.Images, want)
+		if len(k.Images) != 1 || k.Images[0].Name != "skewgate" || k.Images[0].NewName+":"+k.Images[0].NewTag != want {
+			t.Errorf("%s/kustomization.yaml: images %+v, want skewgate named %s", dir, k.Images, want)
+		}
+	}
+}
+
+// TestNoImageNobodyPublishes: no rendered manifest, the static pod's
+// default included, names an image without a registry (a bare name is
+// docker.io/library/…, where no one publishes skewgate) or in a
+// repository other than DefaultRepository.
+func TestNoImageNobodyPublishes(t *testing.T) {
+	images := map[string]string{}
+	for where, spec := range podSpecs(t) {
+		for _, c := range append(spec.InitContainers, spec.Containers...) {
+			images[where+" "+c.Name] = c.Image
+		}
+	}
+	pod, err := kubernetes.StaticPod{Image: kubernetes.DefaultImage(release(t))}.Pod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	images["static pod"] = pod.Spec.Containers[0].Image
+	for where, img := range images {
+		if err := kubernetes.CheckPublished(img); err != nil {
+			t.Errorf("%s: %v", where, err)
+		}
+	}
+	for _, bad := range []string{"skewgate:v0.1.0", "docker.io/library/skewgate:v1", "library/skewgate", "registry.example/skewgate:v1"} {
+		if kubernetes.CheckPublished(bad) == nil {
+			t.Errorf("CheckPublished(%q) passed", bad)
 		}
 	}
 }

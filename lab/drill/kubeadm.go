@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/skewgate/skewgate/deploy/image"
 	"github.com/skewgate/skewgate/lab"
 )
 
@@ -39,7 +40,13 @@ func deploySkewgate(ctx context.Context, plane *lab.Plane, o Options, mode strin
 	}
 	args = append(args, o.SkewgateArgs...)
 	base := filepath.Join(filepath.Dir(o.MonitoringDir), "kubernetes")
-	if _, err := plane.ApplyKustomize(ctx, base, "skewgate", o.ImageTag, args...); err != nil {
+	// The repository the archive names its image in (make image's
+	// REPOSITORY), as the nodes' containerd imported it.
+	repo, _, err := image.ArchiveName(o.Image)
+	if err != nil {
+		return err
+	}
+	if _, err := plane.ApplyKustomize(ctx, base, repo, o.ImageTag, args...); err != nil {
 		return err
 	}
 	if err := plane.WaitPods(ctx, "kube-system", "app.kubernetes.io/name=skewgate", len(plane.Spec.Nodes), 3*time.Minute); err != nil {

@@ -42,6 +42,10 @@ type SteeringView struct {
 	// DirectError says why they could not be counted.
 	Direct      []DirectView `json:"direct,omitempty"`
 	DirectError string       `json:"directError,omitempty"`
+	// Sweep says whether the sweep of quiet direct connections can run
+	// when a window opens: "ok", "off: …" (--steering-reset-direct=false)
+	// or "unsupported: …" (a kernel without SOCK_DESTROY).
+	Sweep string `json:"sweep,omitempty"`
 }
 
 // Where a node's steering mode comes from (SteeringView.ModeFrom).

@@ -17,7 +17,7 @@ import (
 // the table stays consistent.
 func FuzzStateFile(f *testing.F) {
 	recent := time.Now().Add(-time.Minute).UTC()
-	good, _ := json.Marshal(savedState{Version: stateVersion, Servers: []savedServer{
+	good, _ := json.Marshal(savedState{Version: StateLayout, Servers: []savedServer{
 		{URL: "https://198.18.0.2:6443", LastHealthy: recent, FetchedAt: recent, Doc: &discovery.Doc{}},
 		{URL: "https://127.0.0.1:6443", LastHealthy: recent, FetchedAt: recent, Doc: &discovery.Doc{}},
 	}})

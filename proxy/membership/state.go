@@ -18,12 +18,13 @@ import (
 	"github.com/skewgate/skewgate/proxy/discovery"
 )
 
-// stateVersion is the layout of the state file; another layout is ignored.
+// StateLayout is the layout of the state file; another layout is ignored
+// (docs/versioning.md).
 // Fields were only ever added to layout 1 (builtInGroups and releases
 // last): a file an older skewgate wrote restores what it holds, and an
 // older skewgate (a rollback of skewgate itself) reads a newer file,
 // ignoring what it does not know.
-const stateVersion = 1
+const StateLayout = 1
 
 // stateResolution is how precisely the state file says when a peer was last
 // healthy; a restored peer's grace may end this much early.
@@ -88,7 +89,7 @@ type savedServer struct {
 // since the last save.
 func (m *Members) SaveState(path string) error {
 	snap, now := m.Discovery(), m.now()
-	st := savedState{Version: stateVersion}
+	st := savedState{Version: StateLayout}
 	m.mu.Lock()
 	for id, s := range m.servers {
 		s.mu.Lock()
@@ -204,8 +205,8 @@ func (m *Members) Restore(path string) (int, error) {
 	if err := json.Unmarshal(data, &st); err != nil {
 		return 0, fmt.Errorf("state file %s: %w", path, err)
 	}
-	if st.Version != stateVersion {
-		return 0, fmt.Errorf("state file %s: layout %d, this build reads %d", path, st.Version, stateVersion)
+	if st.Version != StateLayout {
+		return 0, fmt.Errorf("state file %s: layout %d, this build reads %d", path, st.Version, StateLayout)
 	}
 	if st.GraceUntil != nil {
 		m.graceUntil.CompareAndSwap(nil, st.GraceUntil) // one already read from the cluster wins

@@ -56,15 +56,20 @@ type PreflightOptions struct {
 	// LookupHost resolves a controlPlaneEndpoint that is a name
 	// (net.DefaultResolver.LookupHost when nil).
 	LookupHost func(ctx context.Context, host string) ([]string, error)
+	// Watches counts the watches the apiserver at an advertise address
+	// carries (its /metrics through the cluster's client when nil).
+	Watches func(ctx context.Context, apiserver netip.AddrPort) (int, error)
 }
 
 // Preflight checks every control-plane node's skewgate before an upgrade:
 // it answers, steering is installed and would steer, its targets cover
 // the node's advertise address (and the control-plane endpoint is
-// covered), its state file is written, its mode; that every apiserver
-// sends GOAWAYs (--goaway-chance, see checkGoaway); and that Prometheus
-// scrapes skewgate. It fails only if the cluster's members cannot be
-// listed; each other problem is a check's verdict.
+// covered), its state file is written, its mode, its kernel can sweep;
+// what the fleet needs (fleet.go): one skewgate version, hostPID, memory
+// for each node's watches; that every apiserver sends GOAWAYs
+// (--goaway-chance, see checkGoaway); and that Prometheus scrapes
+// skewgate. It fails only if the cluster's members cannot be listed; each
+// other problem is a check's verdict.
 func Preflight(ctx context.Context, c *Cluster, o PreflightOptions) ([]Check, error) {
 	advertised, err := AdvertiseAddresses(ctx, c)
 	if err != nil {
@@ -75,20 +80,28 @@ func Preflight(ctx context.Context, c *Cluster, o PreflightOptions) ([]Check, er
 		checks = append(checks, Check{"cluster", "members", Fail, "default/kubernetes lists no apiserver"})
 	}
 	var targets []netip.AddrPort // every node's, for the endpoint check
+	versions := map[string]string{}
 	nodes := Nodes(advertised, o.AdminURLs, o.AdminPort)
 	for _, n := range nodes {
-		cs, ts := checkNode(ctx, c, n, advertised)
+		cs, ts, v, ok := checkNode(ctx, c, n, advertised)
 		checks = append(checks, cs...)
 		targets = append(targets, ts...)
+		if ok {
+			versions[n.Name()] = v
+		}
 	}
+	if len(versions) > 0 {
+		checks = append(checks, checkVersions(versions))
+	}
+	checks = append(checks, checkPods(ctx, c, o)...)
 	checks = append(checks, checkEndpoint(ctx, c, o, advertised, targets))
 	checks = append(checks, checkGoaway(ctx, c)...)
 	return append(checks, checkPrometheus(ctx, c, o, len(nodes))), nil
 }
 
 // checkNode reads the node's /debug/routes and judges it; it returns the
-// addresses the node steers.
-func checkNode(ctx context.Context, c *Cluster, n Node, advertised []netip.AddrPort) ([]Check, []netip.AddrPort) {
+// addresses the node steers and its skewgate's version (ok: it answered).
+func checkNode(ctx context.Context, c *Cluster, n Node, advertised []netip.AddrPort) ([]Check, []netip.AddrPort, string, bool) {
 	name := n.Name()
 	body, _, err := get(ctx, c.Admin, n.Admin+"/debug/routes", nil)
 	var v admin.RoutesView
@@ -96,7 +109,7 @@ func checkNode(ctx context.Context, c *Cluster, n Node, advertised []netip.AddrP
 		err = json.Unmarshal(body, &v)
 	}
 	if err != nil {
-		return []Check{{name, "skewgate", Fail, fmt.Sprintf("cannot read its /debug/routes: %v: nothing keeps this node's clients from false 404s", err)}}, nil
+		return []Check{{name, "skewgate", Fail, fmt.Sprintf("cannot read its /debug/routes: %v: nothing keeps this node's clients from false 404s", err)}}, nil, "", false
 	}
 	st := steeringOf(v)
 	targets := parseTargets(st.Targets)
@@ -107,7 +120,10 @@ func checkNode(ctx context.Context, c *Cluster, n Node, advertised []netip.AddrP
 		checkTargets(name, n, st, targets, parseTargets(st.Unsteered), advertised),
 		checkStateFile(name, v.StateFile),
 	}
-	return checks, targets
+	if c := checkSweep(name, st); c != nil {
+		checks = append(checks, *c)
+	}
+	return checks, targets, v.Version, true
 }
 
 // steeringOf is the kernel side's status under /debug/routes (empty from

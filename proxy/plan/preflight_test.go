@@ -41,12 +41,13 @@ func routesServer(t *testing.T, v admin.RoutesView) *httptest.Server {
 
 // nodeView is /debug/routes as agent.Node.Status and membership fill it.
 func nodeView(steering string, targets []netip.AddrPort, sf *membership.StateFileStatus) admin.RoutesView {
-	st := &admin.SteeringView{Layout: admin.SteeringLayout, State: steering, Mode: "auto"}
+	st := &admin.SteeringView{Layout: admin.SteeringLayout, State: steering, Mode: "auto", Sweep: "ok"}
 	for _, t := range targets {
 		st.Targets = append(st.Targets, t.String())
 	}
 	return admin.RoutesView{
-		Local: "127.0.0.1:6443",
+		Version: "v0.1.0",
+		Local:   "127.0.0.1:6443",
 		Servers: []admin.ServerView{
 			{Status: membership.Status{ID: "127.0.0.1:6443", Local: true, Healthy: true, Version: "v1.35.4"}},
 			{Status: membership.Status{ID: "198.18.0.2:6443", Healthy: true, Version: "v1.35.4"}},
@@ -119,9 +120,10 @@ func TestPreflightHealthy(t *testing.T) {
 	b := routesServer(t, nodeView("steering standby: no skew window", []netip.AddrPort{nodeB}, saved))
 	c := kubeadmCluster(t, "cp.example.test:6443", serviceMonitor())
 	addMirrorPods(t, c, map[string]string{"198.18.0.1": "--goaway-chance=0.02", "198.18.0.2": "--goaway-chance=0.02"})
+	addSkewgatePods(t, c, map[string]string{"198.18.0.1": "1Gi", "198.18.0.2": "1Gi"}, true)
 	prom := promServer(t, map[string]int{"node-a": 1, "node-b": 1})
 	checks, err := Preflight(context.Background(), c, PreflightOptions{
-		AdminURLs: []string{a.URL, b.URL}, Prometheus: prom.URL,
+		AdminURLs: []string{a.URL, b.URL}, Prometheus: prom.URL, Watches: fixedWatches(1000),
 		LookupHost: func(_ context.Context, host string) ([]string, error) {
 			if host != "cp.example.test" {
 				return nil, fmt.Errorf("no such host %q", host)
@@ -139,7 +141,8 @@ func TestPreflightHealthy(t *testing.T) {
 	}
 	v := verdicts(checks)
 	for _, k := range []string{a.URL + "/steering", a.URL + "/targets", b.URL + "/state file", b.URL + "/mode", "cluster/control-plane endpoint", "cluster/prometheus",
-		"198.18.0.1/goaway-chance", "198.18.0.2/goaway-chance"} {
+		"198.18.0.1/goaway-chance", "198.18.0.2/goaway-chance", a.URL + "/sweep", "cluster/skewgate versions",
+		"node-198.18.0.1/hostPID", "node-198.18.0.2/memory"} {
 		if _, ok := v[k]; !ok {
 			t.Errorf("no check %s in %v", k, v)
 		}
@@ -259,7 +262,7 @@ func addMirrorPods(t *testing.T, c *Cluster, flags map[string]string) {
 			ObjectMeta: metav1.ObjectMeta{Name: "kube-apiserver-" + addr, Namespace: "kube-system",
 				Labels:      map[string]string{"component": "kube-apiserver", "tier": "control-plane"},
 				Annotations: map[string]string{advertiseAnnotation: addr + ":6443"}},
-			Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "kube-apiserver", Command: args}}},
+			Spec:   corev1.PodSpec{NodeName: "node-" + addr, Containers: []corev1.Container{{Name: "kube-apiserver", Command: args}}},
 			Status: corev1.PodStatus{PodIP: addr},
 		}
 		if err := c.Kube.(*fake.Clientset).Tracker().Add(pod); err != nil {

@@ -34,9 +34,10 @@ func operatorKubeconfig(t *testing.T, n lab.Node) string {
 
 // preflight: `skewgate preflight` on the armed cluster before the upgrade
 // passes (exit 0: RunSkewgate fails the test otherwise), with every node's
-// skewgate reached on its secure admin listener, steering and its
-// advertise address ok, and every apiserver's --goaway-chance read from
-// its mirror pod (unset here: a warning).
+// skewgate reached on its secure admin listener, steering, its advertise
+// address, its kernel's sweep and its pod's hostPID ok, one skewgate
+// version across the nodes, and every apiserver's --goaway-chance read
+// from its mirror pod (unset here: a warning).
 func preflight(t *testing.T) {
 	kc := operatorKubeconfig(t, plane.Spec.Nodes[1])
 	out := labtest.RunSkewgate(t, skewgateBin, "preflight", "--kubeconfig", kc, "-o", "json")
@@ -51,10 +52,19 @@ func preflight(t *testing.T) {
 				t.Errorf("%s %s: %+v", n.Name, name, checks)
 			}
 		}
+		for _, c := range []struct{ node, name string }{{n.IP.String(), "sweep"}, {n.Name, "hostPID"}} {
+			i := slices.IndexFunc(checks, func(ck plan.Check) bool { return ck.Node == c.node && ck.Name == c.name })
+			if i < 0 || checks[i].Result != plan.OK {
+				t.Errorf("%s %s: %+v", n.Name, c.name, checks)
+			}
+		}
 		i := slices.IndexFunc(checks, func(c plan.Check) bool { return c.Node == n.IP.String() && c.Name == "goaway-chance" })
 		if i < 0 || checks[i].Result != plan.Warn || !strings.Contains(checks[i].Reason, "not set") {
 			t.Errorf("%s goaway-chance: %+v", n.Name, checks)
 		}
+	}
+	if i := slices.IndexFunc(checks, func(c plan.Check) bool { return c.Name == "skewgate versions" }); i < 0 || checks[i].Result != plan.OK {
+		t.Errorf("skewgate versions, one image on every node: %+v", checks)
 	}
 	t.Logf("skewgate preflight:\n%s", labtest.RunSkewgate(t, skewgateBin, "preflight", "--kubeconfig", kc))
 }

@@ -12,9 +12,13 @@ app.kubernetes.io/part-of: skewgate
 {{- end }}
 {{- end -}}
 
-{{/* The image, tagged with the chart's appVersion unless image.tag says. */}}
+{{/*
+The image: repository (required), tagged with the chart's appVersion
+unless image.tag says, and pinned by image.digest when set.
+*/}}
 {{- define "skewgate.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ required "image.repository is required: ghcr.io/skewgate/skewgate, where releases are published (docs/release.md), or the registry you pushed make image's archive to" .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end -}}
 
 {{/*
