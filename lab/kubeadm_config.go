@@ -11,7 +11,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"text/template"
 )
 
@@ -27,10 +26,6 @@ func KubeadmEndpoint() string { return fmt.Sprintf("%s:%d", KubeadmVIP, APIServe
 // images (CoreDNS, kube-proxy) are not built here, and the lab's pods need
 // neither (hostNetwork, no Services used inside the cluster).
 var KubeadmSkipPhases = []string{"addon/coredns", "addon/kube-proxy"}
-
-// KubeadmEtcdTag is the etcd image tag the lab gives kubeadm: the etcd it
-// builds (EtcdVersion), named as kubeadm names etcd images.
-var KubeadmEtcdTag = strings.TrimPrefix(EtcdVersion, "v") + "-0"
 
 // kubeadmIgnorePreflight are the preflight errors the lab's nodes have;
 // every other check must pass (warnings stay warnings, in the log):
@@ -78,7 +73,6 @@ type kubeadmNodeVars struct {
 	Endpoint   string
 	CRISocket  string
 	CgroupRoot string
-	EtcdTag    string
 	Secrets    kubeadmSecrets
 	CAHash     string // join
 	Skip       []string
@@ -99,7 +93,7 @@ func (p *Plane) kubeadmVars(f nodeFiles, s kubeadmSecrets) kubeadmNodeVars {
 	v := kubeadmNodeVars{
 		Node: f.node, Version: f.node.Version, Endpoint: KubeadmEndpoint(),
 		CRISocket: "unix://" + f.path("containerd.sock"), CgroupRoot: "/" + kubeletCgroupRoot(f.node),
-		EtcdTag: KubeadmEtcdTag, Secrets: s, Skip: KubeadmSkipPhases, Ignore: kubeadmIgnorePreflight,
+		Secrets: s, Skip: KubeadmSkipPhases, Ignore: kubeadmIgnorePreflight,
 		InTreeProxy: p.Spec.InTreeProxy,
 	}
 	if p.Spec.GoawayChance > 0 {
@@ -155,9 +149,8 @@ kind: ClusterConfiguration
 clusterName: skewlab
 kubernetesVersion: {{.Version}}
 controlPlaneEndpoint: {{.Endpoint}}
-etcd:
-  local:
-    imageTag: {{.EtcdTag}}
+# No etcd imageTag: kubeadm deploys its own release's etcd, and upgrades it
+# on "kubeadm upgrade apply", as it does for users.
 apiServer:
   extraArgs:
     # The lab's convention: the in-tree Mixed Version Proxy off unless
