@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"text/template"
+
+	"golang.org/x/mod/semver"
 )
 
 // KubeadmVIP is the kubeadm mode's controlPlaneEndpoint: a secondary
@@ -82,6 +84,9 @@ type kubeadmNodeVars struct {
 	// GoawayChance is kube-apiserver's --goaway-chance ("": unset; Spec).
 	GoawayChance string
 }
+
+// Prerelease says whether Version is a pre-release (alpha, beta, rc).
+func (v kubeadmNodeVars) Prerelease() bool { return semver.Prerelease(v.Version) != "" }
 
 // ProxyGate is the feature-gates value the in-tree proxy's setting needs
 // on Version ("" at the gate's default).
@@ -195,6 +200,10 @@ var kubeadmUpgradeConfig = template.Must(template.New("upgrade").Parse(`apiVersi
 kind: UpgradeConfiguration
 apply:
   kubernetesVersion: {{.Version}}
+{{- if .Prerelease}}
+  # kubeadm refuses a pre-release target (v1.38.0-beta.0) unless allowed.
+  allowExperimentalUpgrades: true
+{{- end}}
   imagePullPolicy: Never
   ignorePreflightErrors:{{range .Ignore}}
     - {{.}}{{end}}

@@ -318,3 +318,20 @@ func TestGoawayChance(t *testing.T) {
 		t.Errorf("the lab's apiserver, 0.02: %v", args)
 	}
 }
+
+// kubeadm upgrades to a pre-release (the newest 1.38 the module proxy
+// serves is v1.38.0-beta.0) only when allowed; to a release, as ever.
+func TestKubeadmUpgradeConfigPrerelease(t *testing.T) {
+	for version, want := range map[string]any{"v1.38.0-beta.0": true, "v1.37.2": nil} {
+		v := kubeadmTestVars(t)
+		v.Version = version
+		path := filepath.Join(t.TempDir(), "upgrade.yaml")
+		if err := renderFile(path, kubeadmUpgradeConfig, v); err != nil {
+			t.Fatal(err)
+		}
+		apply := renderDocs(t, path)["UpgradeConfiguration"]["apply"].(map[string]any)
+		if apply["kubernetesVersion"] != version || apply["allowExperimentalUpgrades"] != want {
+			t.Errorf("%s: apply %v, want allowExperimentalUpgrades %v", version, apply, want)
+		}
+	}
+}
