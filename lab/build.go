@@ -15,9 +15,17 @@ import (
 
 // Binaries are the paths of the lab's executables.
 type Binaries struct {
-	Etcd       string
-	APIServers map[string]string // by version
+	// Etcd is, by etcd version (v3.6.8), an etcd.
+	Etcd map[string]string
+	// EtcdVersions is, by Kubernetes version, the etcd version its
+	// kubeadm deploys (KubeadmEtcdVersion).
+	EtcdVersions map[string]string
+	APIServers   map[string]string // by version
 }
+
+// EtcdFor is the etcd that kubeadm of Kubernetes version v deploys ("" if
+// EnsureBinaries was not asked for v).
+func (b Binaries) EtcdFor(v string) string { return b.Etcd[b.EtcdVersions[v]] }
 
 // DefaultCacheDir is $SKEWGATE_LAB_CACHE, or ~/.cache/skewgate/lab.
 func DefaultCacheDir() string {
@@ -30,19 +38,23 @@ func DefaultCacheDir() string {
 	return filepath.Join(os.TempDir(), "skewgate-lab-cache")
 }
 
-// EnsureBinaries builds etcd and a kube-apiserver per version from the Go
-// module proxy into cacheDir, reusing every binary that already reports the
-// right version. Progress goes to out, because the first build takes minutes.
+// EnsureBinaries builds, per version, a kube-apiserver and the etcd its
+// kubeadm deploys from the Go module proxy into cacheDir, reusing every
+// binary that already reports the right version. Progress goes to out,
+// because the first build takes minutes.
 func EnsureBinaries(ctx context.Context, cacheDir string, versions []string, out io.Writer) (Binaries, error) {
-	b := Binaries{APIServers: map[string]string{}}
-	etcd, err := ensure(ctx, cacheDir, etcdRecipe(EtcdVersion), out)
-	if err != nil {
-		return b, err
-	}
-	b.Etcd = etcd
+	b := Binaries{Etcd: map[string]string{}, EtcdVersions: map[string]string{}, APIServers: map[string]string{}}
 	for _, v := range versions {
 		if _, ok := b.APIServers[v]; ok {
 			continue
+		}
+		e, err := KubeadmEtcdVersion(ctx, v)
+		if err != nil {
+			return b, err
+		}
+		b.EtcdVersions[v] = e
+		if _, err := b.ensureEtcd(ctx, cacheDir, e, out); err != nil {
+			return b, err
 		}
 		path, err := ensure(ctx, cacheDir, apiserverRecipe(v), out)
 		if err != nil {
@@ -51,6 +63,19 @@ func EnsureBinaries(ctx context.Context, cacheDir string, versions []string, out
 		b.APIServers[v] = path
 	}
 	return b, nil
+}
+
+// ensureEtcd builds etcd version v (v3.7.0) unless b has it.
+func (b Binaries) ensureEtcd(ctx context.Context, cacheDir, v string, out io.Writer) (string, error) {
+	if path, ok := b.Etcd[v]; ok {
+		return path, nil
+	}
+	path, err := ensure(ctx, cacheDir, etcdRecipe(v), out)
+	if err != nil {
+		return "", err
+	}
+	b.Etcd[v] = path
+	return path, nil
 }
 
 // recipe is how to build one binary from the module proxy.
@@ -173,6 +198,16 @@ func build(ctx context.Context, cacheDir string, r recipe, bin string, out io.Wr
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	// Chosen before go.mod requires the module: the machine's go refuses
+	// a module graph that needs a newer Go.
+	toolchain, err := toolchainFor(ctx, dir, r.module, r.version)
+	if err != nil {
+		return err
+	}
+	if toolchain != "" {
+		fmt.Fprintf(out, "lab: %s %s needs a newer Go: building with GOTOOLCHAIN=%s\n", r.name, r.version, toolchain)
+		ctx = withToolchain(ctx, toolchain)
+	}
 	gomod := fmt.Sprintf("module skewgate.lab/build\n\ngo 1.26\n\nrequire %s %s\n", r.module, r.version)
 	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644); err != nil {
 		return err
@@ -202,7 +237,7 @@ func build(ctx context.Context, cacheDir string, r recipe, bin string, out io.Wr
 func goBuild(ctx context.Context, dir string, r recipe, tmp string, out io.Writer) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-v", "-o", tmp, "-ldflags", r.ldflags, r.pkg)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	cmd.Env = goEnv(ctx)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return err
@@ -248,7 +283,7 @@ func reportProgress(out io.Writer, r recipe, compiled *atomic.Int64, done <-chan
 func goOutput(ctx context.Context, dir string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	cmd.Env = goEnv(ctx)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)

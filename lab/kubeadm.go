@@ -272,6 +272,13 @@ func (p *Plane) kubeadmImages(ctx context.Context, kb KubeadmBinaries, versions 
 				archives, pause = append(archives, out), ref
 				continue
 			}
+			if strings.HasPrefix(repoTag, "etcd:") {
+				// Built with the apiservers already, unless this kubeadm
+				// lists another etcd than its constants name.
+				if _, err := p.Bins.ensureEtcd(ctx, p.cache, etcdVersionOfTag(versionOf(repoTag)), p.out); err != nil {
+					return nil, "", err
+				}
+			}
 			cmd, bin, ok := kubeadmImageSources(p.Bins, kb, repoTag)
 			if !ok || bin == "" {
 				fmt.Fprintf(p.out, "lab: not building %s (its addon phase is skipped)\n", ref)

@@ -11,8 +11,9 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"text/template"
+
+	"golang.org/x/mod/semver"
 )
 
 // KubeadmVIP is the kubeadm mode's controlPlaneEndpoint: a secondary
@@ -27,10 +28,6 @@ func KubeadmEndpoint() string { return fmt.Sprintf("%s:%d", KubeadmVIP, APIServe
 // images (CoreDNS, kube-proxy) are not built here, and the lab's pods need
 // neither (hostNetwork, no Services used inside the cluster).
 var KubeadmSkipPhases = []string{"addon/coredns", "addon/kube-proxy"}
-
-// KubeadmEtcdTag is the etcd image tag the lab gives kubeadm: the etcd it
-// builds (EtcdVersion), named as kubeadm names etcd images.
-var KubeadmEtcdTag = strings.TrimPrefix(EtcdVersion, "v") + "-0"
 
 // kubeadmIgnorePreflight are the preflight errors the lab's nodes have;
 // every other check must pass (warnings stay warnings, in the log):
@@ -78,7 +75,6 @@ type kubeadmNodeVars struct {
 	Endpoint   string
 	CRISocket  string
 	CgroupRoot string
-	EtcdTag    string
 	Secrets    kubeadmSecrets
 	CAHash     string // join
 	Skip       []string
@@ -88,6 +84,9 @@ type kubeadmNodeVars struct {
 	// GoawayChance is kube-apiserver's --goaway-chance ("": unset; Spec).
 	GoawayChance string
 }
+
+// Prerelease says whether Version is a pre-release (alpha, beta, rc).
+func (v kubeadmNodeVars) Prerelease() bool { return semver.Prerelease(v.Version) != "" }
 
 // ProxyGate is the feature-gates value the in-tree proxy's setting needs
 // on Version ("" at the gate's default).
@@ -99,7 +98,7 @@ func (p *Plane) kubeadmVars(f nodeFiles, s kubeadmSecrets) kubeadmNodeVars {
 	v := kubeadmNodeVars{
 		Node: f.node, Version: f.node.Version, Endpoint: KubeadmEndpoint(),
 		CRISocket: "unix://" + f.path("containerd.sock"), CgroupRoot: "/" + kubeletCgroupRoot(f.node),
-		EtcdTag: KubeadmEtcdTag, Secrets: s, Skip: KubeadmSkipPhases, Ignore: kubeadmIgnorePreflight,
+		Secrets: s, Skip: KubeadmSkipPhases, Ignore: kubeadmIgnorePreflight,
 		InTreeProxy: p.Spec.InTreeProxy,
 	}
 	if p.Spec.GoawayChance > 0 {
@@ -155,9 +154,8 @@ kind: ClusterConfiguration
 clusterName: skewlab
 kubernetesVersion: {{.Version}}
 controlPlaneEndpoint: {{.Endpoint}}
-etcd:
-  local:
-    imageTag: {{.EtcdTag}}
+# No etcd imageTag: kubeadm deploys its own release's etcd, and upgrades it
+# on "kubeadm upgrade apply", as it does for users.
 apiServer:
   extraArgs:
     # The lab's convention: the in-tree Mixed Version Proxy off unless
@@ -202,6 +200,10 @@ var kubeadmUpgradeConfig = template.Must(template.New("upgrade").Parse(`apiVersi
 kind: UpgradeConfiguration
 apply:
   kubernetesVersion: {{.Version}}
+{{- if .Prerelease}}
+  # kubeadm refuses a pre-release target (v1.38.0-beta.0) unless allowed.
+  allowExperimentalUpgrades: true
+{{- end}}
   imagePullPolicy: Never
   ignorePreflightErrors:{{range .Ignore}}
     - {{.}}{{end}}

@@ -20,7 +20,8 @@ import (
 const imageBinDir = "/usr/local/bin"
 
 // kubeadmImageSources are the binaries, by image repository name, the lab
-// builds kubeadm's images from. CoreDNS and kube-proxy are not here: the
+// builds kubeadm's images from: etcd at the version the tag names (kubeadm
+// picks it: the lab sets no etcd imageTag). CoreDNS and kube-proxy are not here: the
 // lab skips those addons (KubeadmSkipPhases).
 func kubeadmImageSources(bins Binaries, kb KubeadmBinaries, tag string) (name, bin string, ok bool) {
 	switch {
@@ -31,7 +32,7 @@ func kubeadmImageSources(bins Binaries, kb KubeadmBinaries, tag string) (name, b
 	case strings.HasPrefix(tag, "kube-scheduler:"):
 		return "kube-scheduler", kb.Scheduler[versionOf(tag)], true
 	case strings.HasPrefix(tag, "etcd:"):
-		return "etcd", bins.Etcd, true
+		return "etcd", bins.Etcd[etcdVersionOfTag(versionOf(tag))], true
 	}
 	return "", "", false
 }

@@ -72,9 +72,9 @@ func TestKubeadmInitConfig(t *testing.T) {
 	}) {
 		t.Errorf("kubeletExtraArgs %v: want node-b's own cgroup root", args)
 	}
-	etcd := cluster["etcd"].(map[string]any)["local"].(map[string]any)
-	if etcd["imageTag"] != "3.6.8-0" {
-		t.Errorf("etcd %v", etcd)
+	// kubeadm picks etcd: its own release's, upgraded by upgrade apply.
+	if etcd, ok := cluster["etcd"]; ok {
+		t.Errorf("etcd %v: want kubeadm's own", etcd)
 	}
 	if kubelet["cgroupDriver"] != "cgroupfs" || kubelet["failCgroupV1"] != false {
 		t.Errorf("KubeletConfiguration %v", kubelet)
@@ -316,5 +316,22 @@ func TestGoawayChance(t *testing.T) {
 	spec.GoawayChance = 0.02
 	if args := APIServerArgs(spec, spec.Nodes[0], &PKI{}); !slices.Contains(args, "--goaway-chance=0.02") {
 		t.Errorf("the lab's apiserver, 0.02: %v", args)
+	}
+}
+
+// kubeadm upgrades to a pre-release (the newest 1.38 the module proxy
+// serves is v1.38.0-beta.0) only when allowed; to a release, as ever.
+func TestKubeadmUpgradeConfigPrerelease(t *testing.T) {
+	for version, want := range map[string]any{"v1.38.0-beta.0": true, "v1.37.2": nil} {
+		v := kubeadmTestVars(t)
+		v.Version = version
+		path := filepath.Join(t.TempDir(), "upgrade.yaml")
+		if err := renderFile(path, kubeadmUpgradeConfig, v); err != nil {
+			t.Fatal(err)
+		}
+		apply := renderDocs(t, path)["UpgradeConfiguration"]["apply"].(map[string]any)
+		if apply["kubernetesVersion"] != version || apply["allowExperimentalUpgrades"] != want {
+			t.Errorf("%s: apply %v, want allowExperimentalUpgrades %v", version, apply, want)
+		}
 	}
 }

@@ -80,7 +80,7 @@ func Up(ctx context.Context, o Options) (*Plane, error) {
 	if o.Skewgate != "" && (o.Spec.Kubelet || o.Spec.Kubeadm) {
 		return nil, errors.New("lab: skewgate runs either as lab processes or as the DaemonSet on the kubelets, not both (they would steer the same addresses)")
 	}
-	versions := append([]string(nil), o.Versions...)
+	versions := append(slices.Clone(o.Versions), o.Spec.Upgrades...)
 	for _, n := range o.Spec.Nodes {
 		versions = append(versions, n.Version)
 	}
@@ -168,7 +168,7 @@ func (p *Plane) startEtcd(ctx context.Context, timeout time.Duration) error {
 	if err := ensureBridge(); err != nil {
 		return err
 	}
-	proc, err := startProcess("etcd", p.Bins.Etcd, EtcdArgs(filepath.Join(p.Dir, "etcd")), "", "", p.logFile("etcd"))
+	proc, err := startProcess("etcd", p.Bins.EtcdFor(p.Spec.EtcdRelease()), EtcdArgs(filepath.Join(p.Dir, "etcd")), "", "", p.logFile("etcd"))
 	if err != nil {
 		return err
 	}
@@ -312,7 +312,7 @@ func Open(ctx context.Context, dir, cacheDir string) (*Plane, error) {
 	if st.Empty() {
 		return nil, fmt.Errorf("no lab is up in %s (run `make lab-up`)", dir)
 	}
-	var versions []string
+	versions := slices.Clone(st.Spec.Upgrades)
 	for _, n := range st.Spec.Nodes {
 		versions = append(versions, n.Version)
 	}

@@ -6,6 +6,7 @@ package lab
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -30,11 +31,11 @@ const (
 	EtcdPeerPort   = 2380
 )
 
-// Versions the lab builds and runs by default.
+// Versions the lab builds and runs by default. Its etcd is the one
+// kubeadm of a version deploys (KubeadmEtcdVersion).
 const (
-	OldVersion  = "v1.35.4"
-	NewVersion  = "v1.36.3"
-	EtcdVersion = "v3.6.8"
+	OldVersion = "v1.35.4"
+	NewVersion = "v1.36.3"
 )
 
 // Node is one control-plane node: a network namespace named Name with address
@@ -159,4 +160,16 @@ func (n Node) Minor() int {
 // EnvName is the node name as used in .lab/env keys: NODE_A for node-a.
 func (n Node) EnvName() string {
 	return strings.ToUpper(strings.ReplaceAll(n.Name, "-", "_"))
+}
+
+// EtcdRelease is the Kubernetes version whose kubeadm's etcd a plane of
+// lab processes runs: the newest of its nodes' and upgrades' versions.
+// kubeadm upgrades etcd before the first apiserver, so that etcd is the
+// one every skew window of an upgrade sees.
+func (s Spec) EtcdRelease() string {
+	vs := slices.Clone(s.Upgrades)
+	for _, n := range s.Nodes {
+		vs = append(vs, n.Version)
+	}
+	return slices.MaxFunc(vs, semver.Compare)
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -61,5 +62,36 @@ func TestOversizedHeadersRefusedAtTheFront(t *testing.T) {
 	raw := "GET /version HTTP/1.1\nHost: 127.0.0.1\nX-Big: " + strings.Repeat("a", FrontHeaderBytes-4096) + "\n\n"
 	if code, _ := rig.send(t, raw); code != http.StatusOK {
 		t.Errorf("a header of %d bytes: %d, want 200", FrontHeaderBytes-4096, code)
+	}
+}
+
+// A caller in 1,000 groups — one Impersonate-Group line each, as kubectl
+// --as-group sends them — passes skewgate as it passes kube-apiserver,
+// which takes 16384 header values. Built with Go 1.27, whose servers
+// refuse more than 500 by default (431), skewgate would refuse it at the
+// front without headercount.Set.
+func TestCallerInThousandGroups(t *testing.T) {
+	rig := newIdentityRig(t)
+	var lines strings.Builder
+	fields := []string{"impersonate-user", "bob"}
+	for i := range 1000 {
+		fmt.Fprintf(&lines, "Impersonate-Group: group-%d\n", i)
+		fields = append(fields, "impersonate-group", "group-"+strconv.Itoa(i))
+	}
+	code, got := rig.send(t, "GET /version HTTP/1.1\nHost: 127.0.0.1\nImpersonate-User: bob\n"+lines.String()+"\n")
+	if n := len(got.header.Values("Impersonate-Group")); code != http.StatusOK || n != 1000 {
+		t.Errorf("HTTP/1.1: %d, the apiserver got %d groups; want 200 and 1000", code, n)
+	}
+	rig.mu.Lock()
+	rig.got = nil
+	rig.mu.Unlock()
+	status, reset := rig.sendH2(t, "/version", fields...)
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	if status != "200" || len(rig.got) != 1 {
+		t.Fatalf("HTTP/2: status %q reset %v, the apiserver got %d requests; want 200 and 1", status, reset, len(rig.got))
+	}
+	if n := len(rig.got[0].header.Values("Impersonate-Group")); n != 1000 {
+		t.Errorf("HTTP/2: the apiserver got %d groups, want 1000", n)
 	}
 }

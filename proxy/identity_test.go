@@ -36,6 +36,7 @@ import (
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/proxy/discovery"
 	"github.com/skewgate/skewgate/proxy/forward"
+	"github.com/skewgate/skewgate/proxy/headercount"
 	"github.com/skewgate/skewgate/proxy/membership"
 	"github.com/skewgate/skewgate/proxy/route"
 )
@@ -131,6 +132,7 @@ func newIdentityRig(t testing.TB, policy ...TLS) *identityRig {
 	// kube-apiserver's --http2-max-streams-per-connection default, and
 	// skewgate's.
 	up.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 1000}
+	headercount.Set(up.Config) // and its header value limit
 	up.StartTLS()
 	t.Cleanup(up.Close)
 	rig.upstream = up.Listener.Addr().String()

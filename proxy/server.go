@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 
 	"github.com/skewgate/skewgate/proxy/drain"
+	"github.com/skewgate/skewgate/proxy/headercount"
 )
 
 // TLS is the client-facing TLS material; both reload when their files
@@ -97,6 +98,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, t TLS) error {
 		}
 		srv.ConnState = a.ConnState
 	}
+	headercount.Set(srv) // a caller in thousands of groups, as kube-apiserver takes
 	if t.MaxStreams > 0 {
 		srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: t.MaxStreams}
 	}

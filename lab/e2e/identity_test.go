@@ -235,3 +235,22 @@ func TestMetricsForTheUpgradeWindow(t *testing.T) {
 		}
 	}
 }
+
+// A caller in 1,000 groups — one Impersonate-Group line each, as kubectl
+// --as-group sends them — is answered through skewgate as kube-apiserver
+// answers it, on the local route and on a peer's: kube-apiserver takes
+// 16384 header values, and skewgate's listener must not refuse what it
+// takes (Go 1.27's default is 500: a 431 without headercount.Set).
+func TestCallerInThousandGroups(t *testing.T) {
+	hdr := []string{"Impersonate-User", "bob", "Impersonate-Group", "system:masters"}
+	for i := range 999 {
+		hdr = append(hdr, "Impersonate-Group", "group-"+strconv.Itoa(i))
+	}
+	user, groups := whoAmI(t, hdr...)
+	if user != "bob" || !slices.Contains(groups, "group-998") || len(groups) < 1000 {
+		t.Errorf("through skewgate the apiserver saw %q in %d groups, want bob in 1000", user, len(groups))
+	}
+	b := node(t, "node-b").IP.String() + ":6443"
+	r := do(t, client(t, plane.PKI.Admin), http.MethodGet, via(t)+workloadsPath, nil, hdr...)
+	routed(t, "workloads as bob in 1,000 groups", r, http.StatusOK, "peer", b)
+}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apiserver/pkg/server/healthz"
 
 	"github.com/skewgate/skewgate/proxy/drain"
+	"github.com/skewgate/skewgate/proxy/headercount"
 	"github.com/skewgate/skewgate/proxy/membership"
 	"github.com/skewgate/skewgate/proxy/route"
 )
@@ -86,7 +87,9 @@ func Serve(ctx context.Context, addr string, listen ListenFunc, h http.Handler, 
 		log.Warn("the admin listener is not on loopback and has no authentication", "address", ln.Addr().String())
 	}
 	// The write timeout leaves room for a 30 s CPU profile.
-	srv := drain.Track(&http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 2 * time.Minute, IdleTimeout: 90 * time.Second})
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 2 * time.Minute, IdleTimeout: 90 * time.Second}
+	headercount.Set(hs)
+	srv := drain.Track(hs)
 	go srv.Serve(ln)
 	stopWith(ctx, srv, ln)
 	return nil

@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/skewgate/skewgate/proxy/drain"
+	"github.com/skewgate/skewgate/proxy/headercount"
 )
 
 // SecureOptions configure the secure admin listener the way
@@ -156,13 +157,17 @@ func ServeSecure(ctx context.Context, o SecureOptions, h http.Handler) (*http.Se
 	handler := withAuth(h, reqAuthn, authz)
 	var first *http.Server
 	for _, l := range lns {
-		srv := drain.Track(&http.Server{
+		hs := &http.Server{
 			Handler:           handler,
 			TLSConfig:         tc,
 			ReadHeaderTimeout: 10 * time.Second,
 			WriteTimeout:      2 * time.Minute, // a 30 s CPU profile
 			IdleTimeout:       90 * time.Second,
-		})
+		}
+		// Its requestheader authentication takes one X-Remote-Group line
+		// per group, as kube-controller-manager's secure port does.
+		headercount.Set(hs)
+		srv := drain.Track(hs)
 		go srv.ServeTLS(l, "", "")
 		stopWith(ctx, srv, l)
 		if first == nil {
