@@ -161,13 +161,15 @@ func freshCollector(t *testing.T, c kubernetes.Interface) lab.Node {
 	}
 	leader := nodeOf(t, now)
 	t.Logf("leading controller-manager %s SIGKILLed inside the grace; %s leads after %s", holder, now, time.Since(t0).Round(100*time.Millisecond))
-	for gcAsked(t, leader) <= asked[leader.Name] {
+	var got int
+	for got = gcAsked(t, leader); got <= asked[leader.Name]; got = gcAsked(t, leader) {
 		if time.Since(t0) > 4*time.Minute {
 			t.Fatalf("%s: its garbage collector never asked for an owner inside the grace (no 503 for a GET of mutatingadmissionpolicies): the cases would prove nothing", leader.Name)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	t.Logf("%s: the new leader's garbage collector asks for the owners, answered the grace's 503, %s after the crash", leader.Name, time.Since(t0).Round(100*time.Millisecond))
+	t.Logf("%s: the new leader's garbage collector asks for the owners, answered the grace's 503 (%d GETs so far), %s after the crash",
+		leader.Name, got-asked[leader.Name], time.Since(t0).Round(100*time.Millisecond))
 	return leader
 }
 
@@ -246,8 +248,9 @@ func metrics(t *testing.T, n lab.Node) []byte {
 // crashInsideTheGrace SIGKILLs skewgate on node n while the collector
 // asks for the owners through it; its kubelet restarts the container.
 // Meanwhile the kernel's hold refuses n's new connections (clients
-// retry) rather than pass them to the rolled-back apiserver, and the
-// restarted skewgate answers the grace's 503 from its state file.
+// retry): none may pass to the rolled-back apiserver (the lookups'
+// no_socket and lease_expired counts stay), and the restarted skewgate
+// answers the grace's 503 from its state file.
 func crashInsideTheGrace(t *testing.T, n lab.Node) {
 	t.Helper()
 	passed := func() int { return lookups(t, n, "no_socket") + lookups(t, n, "lease_expired") }
@@ -262,8 +265,12 @@ for i in $(seq 600); do
 done
 echo "no skewgate container running 60 s after the SIGKILL"; exit 1`)
 	graceHolds(t, n, time.Minute, "skewgate SIGKILLed inside the grace, restarted by its kubelet")
+	refused, direct := lookups(t, n, "held")-held, passed()-fell
 	t.Logf("%s: skewgate SIGKILLed; the grace's 503 answered again %s after; kernel lookups meanwhile: %d held (refused), %d passed to the apiserver (no socket, lease expired)",
-		n.Name, time.Since(t0).Round(100*time.Millisecond), lookups(t, n, "held")-held, passed()-fell)
+		n.Name, time.Since(t0).Round(100*time.Millisecond), refused, direct)
+	if direct > 0 {
+		t.Errorf("%s: %d new connections passed to the rolled-back apiserver while skewgate was gone inside the grace", n.Name, direct)
+	}
 }
 
 // ejectInsideTheGrace makes the eject case's dependents, waits until the
@@ -277,13 +284,15 @@ echo "no skewgate container running 60 s after the SIGKILL"; exit 1`)
 func ejectInsideTheGrace(t *testing.T, c kubernetes.Interface, leader lab.Node, pairs []gcPair) {
 	t.Helper()
 	a, b := plane.Spec.Nodes[0], plane.Spec.Nodes[1]
-	asked := gcAsked(t, leader)
+	asked, t0 := gcAsked(t, leader), time.Now()
 	ownedBy(t, c, pairs)
-	for t0 := time.Now(); gcAsked(t, leader) <= asked; time.Sleep(200 * time.Millisecond) {
+	for gcAsked(t, leader) <= asked {
 		if time.Since(t0) > 2*time.Minute {
 			t.Fatalf("%s: the collector did not ask for the eject case's owners in %s", leader.Name, time.Since(t0).Round(time.Second))
 		}
+		time.Sleep(200 * time.Millisecond)
 	}
+	t.Logf("%s: %d dependents made inside the grace; the collector asks again (the grace's 503) %s after", leader.Name, len(pairs), time.Since(t0).Round(100*time.Millisecond))
 	runbook(t, a, "6", 1)
 	if !offWaits(t, 15*time.Second) {
 		return // reported; gcLost counts what the hand-back cost
