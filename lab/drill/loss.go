@@ -1,13 +1,8 @@
 package drill
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -159,7 +154,7 @@ func (l *losses) count(ctx context.Context, plane *lab.Plane, settle time.Durati
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := &Loss{Pairs: len(l.pairs), Namespaces: len(l.namespaces), Orphans: map[string]int{}, Settled: settle}
-	keys, err := etcdKeys(ctx, plane, "/registry/")
+	keys, err := plane.EtcdKeys(ctx, "/registry/")
 	if err != nil {
 		out.Err = err.Error()
 		return out
@@ -228,47 +223,4 @@ func inNamespace(k, ns string) (string, bool) {
 		return "", false
 	}
 	return strings.Join(parts[:len(parts)-2], "/"), true
-}
-
-// etcdKeys lists the keys under prefix from the first node's stacked
-// etcd, through etcd's gRPC gateway with kubeadm's health-check client
-// certificate (as `etcdctl get --prefix --keys-only` would).
-func etcdKeys(ctx context.Context, plane *lab.Plane, prefix string) ([]string, error) {
-	n := plane.Spec.Nodes[0]
-	pki := filepath.Join(plane.KubeadmDir(n), "pki", "etcd")
-	c, err := (&lab.PKI{CAFile: filepath.Join(pki, "ca.crt")}).HTTPClient(lab.KeyPair{
-		CertFile: filepath.Join(pki, "healthcheck-client.crt"), KeyFile: filepath.Join(pki, "healthcheck-client.key")})
-	if err != nil {
-		return nil, err
-	}
-	end := []byte(prefix)
-	end[len(end)-1]++
-	body, _ := json.Marshal(map[string]any{"key": base64.StdEncoding.EncodeToString([]byte(prefix)),
-		"range_end": base64.StdEncoding.EncodeToString(end), "keys_only": true})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("https://%s:2379/v3/kv/range", n.IP), bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("etcd range %s: %w", prefix, err)
-	}
-	defer resp.Body.Close()
-	var r struct {
-		Kvs []struct {
-			Key string `json:"key"`
-		} `json:"kvs"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return nil, fmt.Errorf("etcd range %s: %w", prefix, err)
-	}
-	keys := make([]string, 0, len(r.Kvs))
-	for _, kv := range r.Kvs {
-		k, err := base64.StdEncoding.DecodeString(kv.Key)
-		if err != nil {
-			return nil, err
-		}
-		keys = append(keys, string(k))
-	}
-	return keys, nil
 }

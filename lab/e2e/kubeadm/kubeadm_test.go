@@ -33,7 +33,9 @@ const workloadsPath = "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workl
 // DaemonSet on it, the upgrade of node-a with the DaemonSet running (its
 // metrics scraped throughout on the secure admin listener), the
 // v1.36-only resource through node-b (200 through skewgate, the false 404
-// with steering off), and node-a's rollback with its grace. The
+// with steering off), and node-a's rollback with its grace, inside which
+// skewgate is SIGKILLed and the cluster ejected while the garbage
+// collector asks for owners of a held type (eject_test.go). The
 // runbook's commands run as written where the upgrade reaches them
 // (runbook_test.go).
 func TestKubeadm(t *testing.T) {
@@ -113,8 +115,10 @@ func TestKubeadm(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
+	var owners *gcOwners
 	t.Run("skew", func(t *testing.T) {
 		wantEventually(t, b, http.StatusOK, "peer", "through old node-b's address", time.Minute)
+		owners = makeOwners(t, c)
 		want(t, a, http.StatusOK, "local", "through node-a's address")
 		rollbackPlan(t)
 		runbook(t, a, "0", 1)
@@ -139,7 +143,7 @@ func TestKubeadm(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	t.Run("rollback", func(t *testing.T) { rollback(t, c) })
+	t.Run("rollback", func(t *testing.T) { rollback(t, c, owners) })
 }
 
 // cluster: both nodes Ready as kubeadm registered them, each running

@@ -16,7 +16,6 @@ import (
 
 	"github.com/skewgate/skewgate/lab"
 	"github.com/skewgate/skewgate/lab/labtest"
-	"github.com/skewgate/skewgate/proxy/membership"
 )
 
 // The runbook (docs/runbook.md) is run as written: each of its sh blocks
@@ -30,9 +29,9 @@ import (
 var runbookRunHere = map[string]int{
 	"0": 2, // preflight (daemonset), rollback-plan (skew)
 	"1": 1, // arm (daemonset, rollback)
-	"6": 2, // steer off on one node, steering off on every node (skew)
+	"6": 2, // steer off on one node, steering off on every node (skew; the latter inside the grace too, where it waits)
 	"7": 1, // the rollback of node-a (rollback: Plane.KubeadmRollback runs it)
-	"8": 2, // end the grace, disarm (rollback)
+	"8": 2, // end the grace (rollback, after the eject inside it, as step 6 orders), disarm (rollback)
 }
 
 // runbookPlayedByLab are the blocks the lab plays rather than runs,
@@ -103,13 +102,16 @@ func indent(prefix, s string) string {
 	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix) + "\n"
 }
 
-// rollback is the runbook's steps 7 and 8 on the plane TestKubeadm left
-// (node-a upgraded, node-b not): armed again, node-a rolled back with
+// rollback is the runbook's steps 7, 6 and 8 on the plane TestKubeadm
+// left (node-a upgraded, node-b not): armed again, node-a rolled back with
 // step 7's commands, the v1.36-only workloads answered 503 inside the
 // grace through both nodes' addresses and never 404, the same after
 // node-b's skewgate pod is deleted and replaced (the state file keeps the
-// grace), then step 8 ends the grace (the genuine 404) and disarms.
-func rollback(t *testing.T, c kubernetes.Interface) {
+// grace); then, with the garbage collector asking for owners of a held
+// type, skewgate SIGKILLed and the cluster ejected (step 6) inside the
+// grace, which step 8 ends as step 6 says (the settle, then off, then the
+// genuine 404); no dependent lost; disarmed.
+func rollback(t *testing.T, c kubernetes.Interface, owners *gcOwners) {
 	a, b := plane.Spec.Nodes[0], plane.Spec.Nodes[1]
 	runbook(t, a, "1", 0)
 	waitSteering(t, true, 30*time.Second)
@@ -138,23 +140,14 @@ func rollback(t *testing.T, c kubernetes.Interface) {
 	waitReplaced(t, c, b, old, 2*time.Minute)
 	graceHolds(t, b, 30*time.Second, "skewgate's pod replaced inside the grace")
 
-	// Step 8: end the grace on every node, then disarm. Discovery drops
-	// the type at once; the 503 holds for the discovery settle, then the
-	// genuine 404.
-	ended := time.Now()
-	out = runbook(t, a, "8", 0)
-	settling(t, b, 15*time.Second)
-	for i := 0; strings.Count(out, "no type in rollback grace") < len(plane.Spec.Nodes); i++ {
-		if time.Since(ended) > membership.DiscoverySettle+20*time.Second {
-			t.Fatalf("the grace ended %s ago, kubectl skewgate routes still lists types in it:\n%s", time.Since(ended).Round(time.Second), out)
-		}
-		time.Sleep(time.Second)
-		out = shell(t, a, "kubectl skewgate routes")
-	}
-	if d := time.Since(ended); d < membership.DiscoverySettle-5*time.Second {
-		t.Errorf("rule 5 released the type %s after the grace ended, inside the discovery settle (%s)", d.Round(time.Second), membership.DiscoverySettle)
-	}
-	want(t, b, 404, "local", "the grace ended (nobody serves workloads: the genuine 404)")
+	// Eject and crash inside the grace, the garbage collector watching
+	// (eject_test.go); the eject ends the grace as step 6 says (step 8's
+	// first block). Then disarm.
+	holdGrace(t, a)
+	leader := freshCollector(t, c)
+	crashInsideTheGrace(t, leader)
+	ejectInsideTheGrace(t, c, leader, owners.eject)
+	gcLost(t, c, owners)
 	runbook(t, a, "8", 1)
 }
 
