@@ -39,7 +39,11 @@ type SteeringConfig struct {
 	// Lease is how long one renewal keeps steering on (default 2s).
 	Lease time.Duration
 	// Renew is the probe and renewal interval (default 500ms); it must be
-	// shorter than Lease. A probe gets Renew as its deadline.
+	// shorter than Lease. A probe gets Lease-Renew as its deadline: what
+	// the lease has left when the next renewal is due, so a slow proxy (a
+	// starved machine) keeps steering, while one that stopped answering
+	// loses it when the kernel's lease runs out, as soon as with any
+	// shorter deadline.
 	Renew time.Duration
 	// Retry is how long steering stays lapsed after a probe through the
 	// steered path failed, before a successful direct probe may grant a new
@@ -445,7 +449,7 @@ func (s *Steering) check(ctx context.Context, steered bool) error {
 	if err := s.objs.SteerSocket.Lookup(uint32(0), &cookie); err != nil || cookie != s.cookie {
 		return fmt.Errorf("%w: listener not in steer_socket (closed?)", errNoListener)
 	}
-	pctx, cancel := context.WithTimeout(ctx, s.cfg.Renew)
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.Lease-s.cfg.Renew)
 	defer cancel()
 	if err := s.cfg.Probe(pctx, steered); err != nil {
 		return fmt.Errorf("probe: %w", err)

@@ -238,6 +238,52 @@ func TestSteeringLeaseExpiry(t *testing.T) {
 		lapsed, direct.Load(), time.Since(healed).Round(time.Millisecond))
 }
 
+// TestSteeringSurvivesASlowProbe: a proxy that answers its probe slowly
+// (a starved machine: the upgrade drill's second run on 2 busy cores saw
+// steering on two nodes lapse and re-engage 4 and 6 times in one window,
+// and clients that reconnected meanwhile got the rolled-back apiserver's
+// false 404s) is slow, not dead. A probe may take as long as the lease
+// has left after the next renewal; the kernel's lease alone bounds how long
+// a proxy that stopped answering keeps new connections.
+func TestSteeringSurvivesASlowProbe(t *testing.T) {
+	n := newNode(t)
+	ln := listenIn(t, n.ns, proxyAddr)
+	serveGreeter(t, "proxy", ln)
+	cfg := n.steeringConfig()
+	cfg.Renew = 500 * time.Millisecond // the agent's default
+	var slow atomic.Bool
+	cfg.Probe = func(ctx context.Context, steered bool) error {
+		if !steered || !slow.Load() {
+			return nil
+		}
+		select {
+		case <-time.After(3 * cfg.Renew / 2): // past Renew, within Lease-Renew
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s := startSteering(t, cfg, ln)
+	waitState(t, s, StateSteering)
+	str := startStream(t, n.ns, targetAddr, 100000)
+	slow.Store(true)
+	since := time.Now()
+	time.Sleep(4 * cfg.Lease)
+	str.halt()
+	if st := s.Status(); st.State != StateSteering {
+		t.Errorf("status %s after %s of slow probes, want steering", st, time.Since(since).Round(time.Millisecond))
+	}
+	direct := 0
+	for _, r := range str.snapshot() {
+		if r.err == nil && r.start.After(since) && r.greet != "proxy" {
+			direct++
+		}
+	}
+	if direct > 0 {
+		t.Errorf("%d new connections reached the apiserver while the proxy answered its probes slowly", direct)
+	}
+}
+
 func TestLeaseRenew(t *testing.T) {
 	const s, retry = uint64(time.Second), 10 * uint64(time.Second)
 	type probe struct {

@@ -40,7 +40,10 @@ func ProxyProbe(dial, steered netip.AddrPort, trust Trust, userAgent string) fun
 	tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
 		return dialer.DialContext(ctx, network, dial.String())
 	}
-	client := &http.Client{Transport: tr, Timeout: time.Second}
+	// The caller's context bounds a probe (steering gives it what its
+	// lease has left); no shorter timeout of its own, so a slow answer
+	// from a starved skewgate is not taken for a dead one.
+	client := &http.Client{Transport: tr}
 	return func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 		if err != nil {
