@@ -142,8 +142,9 @@ func (p *portForward) open(conn httpstream.Connection) (net.Conn, error) {
 
 // forwarded is a port-forward's data stream as a net.Conn: the near end
 // of a pipe the streams feed, for the deadlines a TLS client sets. A read
-// that meets the end returns the kubelet's error when it sent one
-// (nothing listens at the port, the pod is gone).
+// that meets the end, or a write that finds it closed, returns the
+// kubelet's error when it sent one (nothing listens at the port, the pod
+// is gone): it is known before the far end closes.
 type forwarded struct {
 	net.Conn
 	streams httpstream.Connection
@@ -158,14 +159,33 @@ func (f *forwarded) setRemote(err error) {
 	f.remote = err
 }
 
+// ended is the kubelet's error for err, the pipe's end, if it sent one.
+func (f *forwarded) ended(err error) error {
+	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrClosedPipe) {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.remote != nil {
+		return f.remote
+	}
+	return err
+}
+
 func (f *forwarded) Read(b []byte) (int, error) {
 	n, err := f.Conn.Read(b)
-	if errors.Is(err, io.EOF) {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if f.remote != nil {
-			return n, f.remote
-		}
+	if err != nil {
+		err = f.ended(err)
+	}
+	return n, err
+}
+
+// Write: a TLS client's first write can find the far end closed already,
+// when the kubelet failed at once.
+func (f *forwarded) Write(b []byte) (int, error) {
+	n, err := f.Conn.Write(b)
+	if err != nil {
+		err = f.ended(err)
 	}
 	return n, err
 }
