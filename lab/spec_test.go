@@ -124,3 +124,19 @@ func TestEnvRoundTrip(t *testing.T) {
 		t.Errorf("LAB_NODES=%q LAB_NODE_B_URL=%q", got["LAB_NODES"], got["LAB_NODE_B_URL"])
 	}
 }
+
+// A plane of lab processes runs the etcd of the newest release it runs or
+// upgrades to: kubeadm upgrades etcd before the first apiserver.
+func TestEtcdRelease(t *testing.T) {
+	spec, err := ParseNodes("node-a=v1.36.3,node-b=v1.37.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := spec.EtcdRelease(); got != "v1.37.2" {
+		t.Errorf("nodes v1.36.3, v1.37.2: %s, want v1.37.2", got)
+	}
+	spec.Upgrades = []string{"v1.38.0-beta.0"}
+	if got := spec.EtcdRelease(); got != "v1.38.0-beta.0" {
+		t.Errorf("upgrading to v1.38.0-beta.0: %s", got)
+	}
+}
