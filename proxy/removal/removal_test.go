@@ -75,6 +75,20 @@ func cluster(objs ...runtime.Object) *fake.Clientset {
 	return cs
 }
 
+// terminatingPodGoes is a cluster whose skewgate pod is terminating and is
+// gone by the second time Uninstall lists the pods: it waits, then goes on.
+func terminatingPodGoes() *fake.Clientset {
+	cs := cluster(pod("skewgate-old", true))
+	lists := 0
+	cs.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if lists++; lists == 2 {
+			cs.Tracker().Delete(a.GetResource(), "kube-system", "skewgate-old")
+		}
+		return false, nil, nil
+	})
+	return cs
+}
+
 func jobs(t *testing.T, cs *fake.Clientset) []string {
 	t.Helper()
 	var names []string
@@ -123,14 +137,7 @@ func TestImageRequired(t *testing.T) {
 // control-plane node, pinned to it; then the switch, every upgrade Lease
 // in both namespaces (no other Lease) and the Jobs gone.
 func TestUninstall(t *testing.T) {
-	cs := cluster(pod("skewgate-old", true))
-	lists := 0
-	cs.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if lists++; lists == 2 {
-			cs.Tracker().Delete(a.GetResource(), "kube-system", "skewgate-old")
-		}
-		return false, nil, nil
-	})
+	cs := terminatingPodGoes()
 	var out strings.Builder
 	if err := Uninstall(context.Background(), cs, options(), &out); err != nil {
 		t.Fatal(err)
@@ -194,14 +201,7 @@ func TestJobName(t *testing.T) {
 // hold, which lab/e2e/daemonset grants alone to the user it uninstalls
 // as — and every one of them is asked.
 func TestUninstallAsksOnlyItsPermissions(t *testing.T) {
-	cs := cluster(pod("skewgate-old", true))
-	lists := 0
-	cs.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if lists++; lists == 2 {
-			cs.Tracker().Delete(a.GetResource(), "kube-system", "skewgate-old")
-		}
-		return false, nil, nil
-	})
+	cs := terminatingPodGoes()
 	// Each Job's pod, whose log is read.
 	cs.PrependReactor("create", "jobs", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		j := a.(k8stesting.CreateAction).GetObject().(*batchv1.Job)
