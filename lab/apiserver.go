@@ -6,14 +6,36 @@ import (
 	"strings"
 )
 
-// newAPIsMinor is the one minor version that serves
-// scheduling.k8s.io/v1alpha2, the group/version the lab uses to show the
-// 1.35 → 1.36 skew (1.37 serves v1alpha3 instead). Servers of later
-// minors run with their defaults: 1.37's own new types
-// (storagemigration.k8s.io/v1, certificates.k8s.io/v1
-// podcertificaterequests and clustertrustbundles, resource.k8s.io/v1
-// devicetaintrules) need no runtime-config.
-const newAPIsMinor = 36
+// newAPIs are, by minor, the flags with which the lab's servers of that
+// minor serve group/versions their predecessor does not, where the
+// release's defaults add none a drill could use. 1.36 serves
+// scheduling.k8s.io/v1alpha2 (the lab's 1.35 → 1.36 skew; 1.37 serves
+// v1alpha3 instead). 1.37's own new types (storagemigration.k8s.io/v1,
+// certificates.k8s.io/v1 podcertificaterequests and clustertrustbundles,
+// resource.k8s.io/v1 devicetaintrules) need no runtime-config. 1.38.0-beta.0
+// serves by default exactly what 1.37.2 does (their aggregated discovery is
+// byte-identical), so its servers serve the beta scheduling.k8s.io/v1beta1
+// of gang scheduling, CompositePodGroup (beta in 1.38, not in any v1beta1
+// before) and the gates it needs, as a user adopting it switches it on.
+// Servers of other minors run with their defaults.
+var newAPIs = map[int]newAPIsConfig{
+	36: {runtimeConfig: "scheduling.k8s.io/v1alpha2=true", gates: []string{"GenericWorkload=true"}},
+	38: {runtimeConfig: "scheduling.k8s.io/v1beta1=true",
+		gates: []string{"GenericWorkload=true", "TopologyAwareWorkloadScheduling=true", "CompositePodGroup=true"}},
+}
+
+// newAPIsConfig is how a minor's servers serve its new group/versions.
+type newAPIsConfig struct {
+	runtimeConfig string
+	gates         []string
+}
+
+// newAPIsFor is what minor serves beyond its defaults in spec (none with
+// DefaultAPIs).
+func newAPIsFor(minor int, spec Spec) (newAPIsConfig, bool) {
+	c, ok := newAPIs[minor]
+	return c, ok && !spec.DefaultAPIs
+}
 
 // RequestHeaderGroupHeaders are the group headers the lab's apiservers
 // trust from a front proxy: kubeadm's, plus one more, as a cluster may have,
@@ -71,9 +93,9 @@ func APIServerArgs(spec Spec, n Node, pki *PKI) []string {
 	if g := inTreeProxyGate(spec.InTreeProxy, n.Minor()); g != "" {
 		gates = append(gates, g)
 	}
-	if n.Minor() == newAPIsMinor && !spec.DefaultAPIs {
-		gates = append(gates, "GenericWorkload=true")
-		args = append(args, "--runtime-config=scheduling.k8s.io/v1alpha2=true")
+	if c, ok := newAPIsFor(n.Minor(), spec); ok {
+		gates = append(gates, c.gates...)
+		args = append(args, "--runtime-config="+c.runtimeConfig)
 	}
 	if spec.InTreeProxy {
 		// The in-tree proxy dials peers by their advertise address and

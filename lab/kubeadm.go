@@ -526,8 +526,8 @@ func (p *Plane) StartKubeadmKubelet(ctx context.Context, n Node) error {
 // node` to version on node name with that version's kubeadm (the package
 // upgrade of kubeadm comes first, as in kubeadm's documentation). Before it, what the lab's
 // servers of version serve is switched on in the kubeadm-config
-// ClusterConfiguration (an operator's `kubectl edit` of it): on 1.36,
-// scheduling.k8s.io/v1alpha2 (GenericWorkload), which a 1.35 server
+// ClusterConfiguration (an operator's `kubectl edit` of it): newAPIs, on
+// 1.36 scheduling.k8s.io/v1alpha2 (GenericWorkload), which a 1.35 server
 // refuses as an unknown group and gate. The kubelet keeps its version.
 func (p *Plane) KubeadmUpgrade(ctx context.Context, name, version string, apply bool) error {
 	n, err := p.kubeadmNode(ctx, name)

@@ -9,24 +9,23 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// newAPIsArgs are the apiserver flags that serve the lab's new-only
-// group/version on a server of minor newAPIsMinor (what APIServerArgs
-// gives the other modes' servers).
-var newAPIsArgs = []extraArg{
-	{"runtime-config", "scheduling.k8s.io/v1alpha2=true"},
-	{"feature-gates", "GenericWorkload=true"},
+// newAPIsArgs are the kubeadm extraArgs that serve what c serves (what
+// APIServerArgs gives the other modes' servers of that minor).
+func newAPIsArgs(c newAPIsConfig) []extraArg {
+	return []extraArg{{"runtime-config", c.runtimeConfig}, {"feature-gates", strings.Join(c.gates, ",")}}
 }
 
 // extraArg is one entry of a v1beta4 extraArgs list.
 type extraArg struct{ Name, Value string }
 
-// enableNewAPIs adds newAPIsArgs to the apiServer.extraArgs of the
+// enableNewAPIs adds version's newAPIsArgs to the apiServer.extraArgs of the
 // ClusterConfiguration in kube-system/kubeadm-config, when version serves
 // them, as an operator edits it before `kubeadm upgrade apply` (which
 // renders the new manifests from it). A feature-gates value joins the
 // existing one.
 func (p *Plane) enableNewAPIs(ctx context.Context, version string) error {
-	if (Node{Version: version}).Minor() != newAPIsMinor || p.Spec.DefaultAPIs {
+	na, ok := newAPIsFor(Node{Version: version}.Minor(), p.Spec)
+	if !ok {
 		return nil
 	}
 	c, err := p.AdminClient(p.Spec.Nodes[0])
@@ -37,7 +36,7 @@ func (p *Plane) enableNewAPIs(ctx context.Context, version string) error {
 	if err != nil {
 		return fmt.Errorf("kubeadm-config: %w", err)
 	}
-	out, err := addExtraArgs(cm.Data["ClusterConfiguration"], newAPIsArgs)
+	out, err := addExtraArgs(cm.Data["ClusterConfiguration"], newAPIsArgs(na))
 	if err != nil {
 		return err
 	}

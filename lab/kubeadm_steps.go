@@ -24,6 +24,13 @@ import (
 // mode ("" before it started).
 func (p *Plane) KubeletVersion(name string) string { return p.State.Kubelets[name] }
 
+// HasKubelet says whether the plane has a kubelet of version (kubelet
+// v1.38.0-beta.0 cannot be built from the module proxy: EnsureKubeadm).
+func (p *Plane) HasKubelet(version string) bool {
+	_, ok := p.kubeadm.Kubelets[version]
+	return ok
+}
+
 // SetKubelet replaces node name's kubelet by version's and restarts it, as
 // an operator does with the kubelet package: `kubectl drain
 // --ignore-daemonsets` (a control-plane node here runs only static pods

@@ -135,11 +135,11 @@ func TestKubeadmKubeletArgs(t *testing.T) {
 
 func TestAddExtraArgs(t *testing.T) {
 	in := "apiServer:\n  extraArgs:\n  - name: feature-gates\n    value: UnknownVersionInteroperabilityProxy=false\nkubernetesVersion: v1.35.4\n"
-	out, err := addExtraArgs(in, newAPIsArgs)
+	out, err := addExtraArgs(in, newAPIsArgs(newAPIs[36]))
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := addExtraArgs(out, newAPIsArgs)
+	again, err := addExtraArgs(out, newAPIsArgs(newAPIs[36]))
 	if err != nil || again != out {
 		t.Errorf("not idempotent:\n%s\n%s", out, again)
 	}

@@ -71,9 +71,9 @@ type Spec struct {
 	// (KubeadmVIP) on the first node. No lab etcd and no lab apiservers.
 	Kubeadm bool
 	// DefaultAPIs runs every server with its version's default APIs. Without
-	// it, servers of minor newAPIsMinor also serve scheduling.k8s.io/v1alpha2
-	// (the lab's 1.35 → 1.36 skew); with it, a 1.36 server is what a user
-	// upgrading to 1.37 runs.
+	// it, servers of a minor in newAPIs also serve what it names (1.36
+	// scheduling.k8s.io/v1alpha2, the lab's 1.35 → 1.36 skew); with it, a
+	// 1.36 server is what a user upgrading to 1.37 runs.
 	DefaultAPIs bool `json:",omitempty"`
 	// Upgrades are versions nodes may move to besides their own (an
 	// upgrade's target): the kubeadm mode prepares their kubeadm, kubelet

@@ -136,6 +136,9 @@ type Result struct {
 	// KCM is what the controller-managers' load balancer saw
 	// (ControllerManagerLB only).
 	KCM *KCMBalancer
+	// KubeletKept: no kubelet of the pair's To could be built, and the
+	// nodes kept their From kubelet through the upgrade (kubeadm only).
+	KubeletKept bool
 }
 
 // Phase is a named span of the drill.
@@ -199,8 +202,11 @@ func Run(ctx context.Context, o Options) ([]*Result, error) {
 }
 
 // steps are the rolling upgrade and rollback, one node at a time; with
-// kubelets (kubeadm), each node's kubelet follows its control plane.
-func steps(p Pair, short, kubelets bool) []step {
+// kubelets (kubeadm), each node's kubelet follows its control plane, but
+// on the upgrade only with toKubelet (To's kubelet was built): without
+// it the nodes keep From's, which kubeadm's skew policy allows, and the
+// rollback's kubelet step restarts it (and replaces skewgate's pod).
+func steps(p Pair, short, kubelets, toKubelet bool) []step {
 	nodes := []string{"node-a", "node-b", "node-c"}
 	if short {
 		nodes = nodes[:1]
@@ -209,7 +215,7 @@ func steps(p Pair, short, kubelets bool) []step {
 	add := func(verb, n, version string) {
 		up := verb == "upgrade"
 		s = append(s, step{verb + " " + n, n, version, up, false})
-		if kubelets {
+		if kubelets && (toKubelet || !up) {
 			s = append(s, step{verb + " kubelet " + n, n, version, up, true})
 		}
 	}
@@ -370,7 +376,11 @@ func drive(ctx context.Context, o Options, plane *lab.Plane, pres *presence, mod
 	}()
 	begin("steady " + o.pair.From)
 	sleep(ctx, o.Steady)
-	for _, s := range steps(o.pair, o.Short, o.Kubeadm) {
+	res.KubeletKept = o.Kubeadm && !plane.HasKubelet(o.pair.To)
+	if res.KubeletKept {
+		fmt.Fprintf(o.Progress, "drill:   no kubelet %s was built: the nodes keep their %s kubelet through the upgrade\n", o.pair.To, o.pair.From)
+	}
+	for _, s := range steps(o.pair, o.Short, o.Kubeadm, !res.KubeletKept) {
 		begin(s.name)
 		if s.node == "" {
 			sleep(ctx, o.Steady)

@@ -120,7 +120,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 func TestStepsKubeadm(t *testing.T) {
 	for _, p := range Pairs {
 		var got []string
-		for _, s := range steps(p, false, true) {
+		for _, s := range steps(p, false, true, true) {
 			got = append(got, s.name)
 			if s.node != "" && s.upgrade != (s.version == p.To) {
 				t.Errorf("%s: step %q to %s: upgrade %t", p, s.name, s.version, s.upgrade)
@@ -132,10 +132,22 @@ func TestStepsKubeadm(t *testing.T) {
 		if strings.Join(got, "|") != strings.Join(want, "|") {
 			t.Errorf("%s: steps:\n got %q\nwant %q", p, got, want)
 		}
-		for _, s := range steps(p, true, false) {
+		for _, s := range steps(p, true, false, true) {
 			if s.kubelet {
 				t.Errorf("binary-swap steps have a kubelet step: %+v", s)
 			}
+		}
+		// No kubelet of To built: the upgrade keeps From's, the
+		// rollback's kubelet steps (which replace skewgate's pod) stay.
+		got = nil
+		for _, s := range steps(p, false, true, false) {
+			got = append(got, s.name)
+		}
+		want = []string{"upgrade node-a", "upgrade node-b", "upgrade node-c",
+			"steady " + p.To, "rollback node-c", "rollback kubelet node-c", "rollback node-b", "rollback kubelet node-b",
+			"rollback node-a", "rollback kubelet node-a", "steady " + p.From + " again"}
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("%s: steps without To's kubelet:\n got %q\nwant %q", p, got, want)
 		}
 	}
 }

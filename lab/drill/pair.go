@@ -28,7 +28,8 @@ type Pair struct {
 	// listed by the pinned clients, in every deleted namespace, and the
 	// owner of the garbage collector's pairs.
 	Owned NewType
-	// Cluster is a cluster-scoped type only To serves: listed and watched.
+	// Cluster is a cluster-scoped type only To serves: listed and watched
+	// (zero: To serves none, as 1.38 with its gang scheduling beta).
 	Cluster schema.GroupVersionResource
 	// DefaultAPIs: both versions run with their defaults (lab.Spec);
 	// otherwise To serves Owned through Config.
@@ -78,6 +79,23 @@ var Pairs = []Pair{
 		OwnerLifetime: " The controller-manager deletes a PodCertificateRequest 15 minutes after its creation (no signer answers the drill's), " +
 			"and the garbage collector then, rightly, its ConfigMap: a pair whose owner is gone is not counted.",
 	},
+	{
+		// v1.38.0-beta.0 serves by default exactly what v1.37.2 does
+		// (their aggregated discovery is byte-identical: the
+		// podcertificaterequests drill has nothing to count). What 1.38
+		// adds is gang scheduling's beta, scheduling.k8s.io/v1beta1
+		// with CompositePodGroup, which a user adopting it switches on
+		// (lab.newAPIs): workloads, podgroups and compositepodgroups,
+		// all namespaced. A Workload carries no finalizer (a
+		// CompositePodGroup does: its controller removes it), so
+		// namespaces the drill deletes end as the namespace controller
+		// ends them.
+		From: "v1.37.2", To: "v1.38.0-beta.0",
+		Owned: NewType{GVR: schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1beta1", Resource: "workloads"},
+			Kind: "Workload", Object: workloadV1beta1},
+		Config: "the `scheduling.k8s.io/v1beta1` runtime-config and the `GenericWorkload`, `TopologyAwareWorkloadScheduling` and " +
+			"`CompositePodGroup` gates (gang scheduling's beta in 1.38; by default v1.38.0-beta.0 serves exactly what v1.37.2 does)",
+	},
 }
 
 // PairOf returns the pair from → to.
@@ -109,13 +127,26 @@ func (p Pair) Docs() (report, images string) {
 
 // types are the pair's new types.
 func (p Pair) types() []schema.GroupVersionResource {
+	if p.Cluster.Empty() {
+		return []schema.GroupVersionResource{p.Owned.GVR}
+	}
 	return []schema.GroupVersionResource{p.Owned.GVR, p.Cluster}
 }
 
 func workload(name string) (*unstructured.Unstructured, error) {
-	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "Workload",
+	return workloadOf("scheduling.k8s.io/v1alpha2", name), nil
+}
+
+func workloadV1beta1(name string) (*unstructured.Unstructured, error) {
+	return workloadOf("scheduling.k8s.io/v1beta1", name), nil
+}
+
+// workloadOf is a Workload of one pod group with the basic policy, whose
+// shape v1alpha2 (1.36) and v1beta1 (1.38) share.
+func workloadOf(apiVersion, name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": apiVersion, "kind": "Workload",
 		"metadata": map[string]any{"name": name},
-		"spec":     map[string]any{"podGroupTemplates": []any{map[string]any{"name": "workers", "schedulingPolicy": map[string]any{"basic": map[string]any{}}}}}}}, nil
+		"spec":     map[string]any{"podGroupTemplates": []any{map[string]any{"name": "workers", "schedulingPolicy": map[string]any{"basic": map[string]any{}}}}}}}
 }
 
 // pcrSpec is the spec of every PodCertificateRequest the drill makes:

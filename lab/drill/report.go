@@ -132,7 +132,8 @@ func WriteReport(w io.Writer, results []*Result, o Options, command string, imag
 	fmt.Fprintf(w, "# Upgrade drill: %s → %s → %s\n\n", p.From, p.To, p.From)
 	writeAnswer(w, p, results)
 	if o.Kubeadm {
-		writeKubeadmIntro(w, o, command)
+		kept := slices.ContainsFunc(results, func(r *Result) bool { return r.KubeletKept })
+		writeKubeadmIntro(w, o, command, kept)
 	} else {
 		writeSwapIntro(w, o, command)
 	}
@@ -205,12 +206,19 @@ func writeSwapIntro(w io.Writer, o Options, command string) {
 
 // newTypes names the pair's new types, as the reports do.
 func (p Pair) newTypes() string {
+	if p.Cluster.Empty() {
+		return fmt.Sprintf("`%s` %s", p.Owned.GVR.GroupVersion(), p.Owned.GVR.Resource)
+	}
 	return fmt.Sprintf("`%s` %s and `%s` %s", p.Owned.GVR.GroupVersion(), p.Owned.GVR.Resource, p.Cluster.GroupVersion(), p.Cluster.Resource)
 }
 
 // onlyTo says where the new types are served, and how.
 func (p Pair) onlyTo() string {
-	return fmt.Sprintf("both only on %s, with %s; diffing the two versions' discovery finds nothing only on %s", p.To, p.Config, p.From)
+	both := "both only"
+	if p.Cluster.Empty() {
+		both = "only"
+	}
+	return fmt.Sprintf("%s on %s, with %s; diffing the two versions' discovery finds nothing only on %s", both, p.To, p.Config, p.From)
 }
 
 // inTreeSetting says how the in-tree proxy mode switches the proxy on,

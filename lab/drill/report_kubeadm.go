@@ -9,15 +9,20 @@ import (
 	"github.com/skewgate/skewgate/lab"
 )
 
-// writeKubeadmIntro says what the drill on the kubeadm lab did.
-func writeKubeadmIntro(w io.Writer, o Options, command string) {
+// writeKubeadmIntro says what the drill on the kubeadm lab did; kept:
+// no kubelet of To was built, the nodes kept From's.
+func writeKubeadmIntro(w io.Writer, o Options, command string, kept bool) {
 	writtenBy(w, o, command)
 	p := o.pair
+	kubelet := fmt.Sprintf("and after each node's control plane its kubelet (cordon, the %s kubelet, restart, uncordon)", p.To)
+	if kept {
+		kubelet = fmt.Sprintf("each node keeping its %s kubelet (kubeadm's skew policy allows a kubelet three minors older; a %s kubelet "+
+			"cannot be built from the Go module proxy, which refuses a module it imports)", p.From, p.To)
+	}
 	fmt.Fprintf(w, "The plane is built and upgraded by kubeadm itself ([kubeadm-lab.md](kubeadm-lab.md)): three control-plane nodes, `kubeadm init` on node-a and "+
 		"`kubeadm join --control-plane` on node-b and node-c at %s, stacked etcd, every component a static pod run by the node's kubelet, "+
 		"a `controlPlaneEndpoint` VIP on node-a. The upgrade is the one of kubeadm's documentation: %s`kubeadm upgrade apply %s` on node-a, "+
-		"`kubeadm upgrade node` on node-b and node-c (kubeadm %s swapped in as its package would be), and after each node's control plane its kubelet "+
-		"(cordon, the %s kubelet, restart, uncordon). The rollback is the operator's after a failed upgrade, node-c first: the static-pod manifests and the "+
+		"`kubeadm upgrade node` on node-b and node-c (kubeadm %s swapped in as its package would be), %s. The rollback is the operator's after a failed upgrade, node-c first: the static-pod manifests and the "+
 		"kubelet configuration kubeadm backed up (`/etc/kubernetes/tmp/kubeadm-backup-manifests-*`, `kubeadm-kubelet-config-*`) put back with the runbook's commands, then the %s kubelet, "+
 		"then — where skewgate runs — the node's skewgate pod deleted and replaced by the DaemonSet inside the rollback's grace. "+
 		"Each phase lasts as long as its step took (a steady phase %s). "+
@@ -27,7 +32,7 @@ func writeKubeadmIntro(w io.Writer, o Options, command string) {
 		"on one kept connection. The cluster's own **kube-controller-manager and kube-scheduler** (static pods of each node's version, %s) "+
 		"run throughout: their requests are not in the counts below, what their garbage collector and "+
 		"namespace controller do is (*What users lose*). skewgate runs as users run it: the DaemonSet of `deploy/kubernetes` on kubeadm's PKI.\n\n",
-		p.From, configEdit(p), p.To, p.To, p.To, p.From, o.Steady, p.newTypes(), p.onlyTo(), controllerManagersReach(o))
+		p.From, configEdit(p), p.To, p.To, kubelet, p.From, o.Steady, p.newTypes(), p.onlyTo(), controllerManagersReach(o))
 }
 
 // configEdit is what the operator adds to kubeadm's ClusterConfiguration

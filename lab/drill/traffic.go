@@ -252,7 +252,9 @@ func (c clients) reader(ctx context.Context) {
 		_, _ = dyn.Resource(configMaps).Namespace("default").List(ctx, metav1.ListOptions{Limit: 20})
 		_, _ = dyn.Resource(c.pair.Owned.GVR).Namespace("default").List(ctx, metav1.ListOptions{Limit: 20})
 		_, _ = dyn.Resource(c.pair.Owned.GVR).Namespace("default").Get(ctx, "drill-absent", metav1.GetOptions{})
-		_, _ = dyn.Resource(c.pair.Cluster).List(ctx, metav1.ListOptions{Limit: 20})
+		if !c.pair.Cluster.Empty() {
+			_, _ = dyn.Resource(c.pair.Cluster).List(ctx, metav1.ListOptions{Limit: 20})
+		}
 		return sleep(ctx, 100*time.Millisecond)
 	})
 }

@@ -255,7 +255,9 @@ func decoy(t *testing.T, n lab.Node, port int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.CoreV1().ConfigMaps(dsNamespace).Delete(context.Background(), owner.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		c.CoreV1().ConfigMaps(dsNamespace).Delete(context.Background(), owner.Name, metav1.DeleteOptions{})
+	})
 	yes := true
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name + "-decoy", Namespace: dsNamespace, Labels: map[string]string{"app.kubernetes.io/name": "skewgate"},
