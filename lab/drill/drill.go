@@ -13,9 +13,11 @@ import (
 	"net/http"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/skewgate/skewgate/deploy/image"
 	"github.com/skewgate/skewgate/lab"
 )
 
@@ -180,11 +182,35 @@ func (o *Options) defaults() {
 	}
 }
 
+// checkImage refuses, before any plane is built, a kubeadm drill whose
+// skewgate modes would deploy a tag the image archive does not carry
+// (the DaemonSet would wait out its rollout on ErrImagePull).
+func checkImage(o Options) error {
+	if !o.Kubeadm || !slices.ContainsFunc(o.Modes, func(m string) bool { _, ok := skewgateModes[m]; return ok }) {
+		return nil
+	}
+	if o.Image == "" || o.ImageTag == "" {
+		return fmt.Errorf("the kubeadm drill's skewgate modes need an image archive and its tag (--image, --tag: make image)")
+	}
+	_, tag, err := image.ArchiveName(o.Image)
+	if err != nil {
+		return err
+	}
+	if tag != o.ImageTag {
+		return fmt.Errorf("%s carries tag %s, not %s: build the image at that version (make image VERSION=%s) or pass --tag %s",
+			o.Image, tag, o.ImageTag, o.ImageTag, tag)
+	}
+	return nil
+}
+
 // Run runs the drill once per mode, each on a fresh plane torn down after.
 func Run(ctx context.Context, o Options) ([]*Result, error) {
 	o.defaults()
 	var err error
 	if o.pair, err = PairOf(o.From, o.To); err != nil {
+		return nil, err
+	}
+	if err := checkImage(o); err != nil {
 		return nil, err
 	}
 	var out []*Result

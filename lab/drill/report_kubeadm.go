@@ -1,6 +1,7 @@
 package drill
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -20,7 +21,7 @@ func writeKubeadmIntro(w io.Writer, o Options, command string, kept bool) {
 			"cannot be built from the Go module proxy, which refuses a module it imports)", p.From, p.To)
 	}
 	fmt.Fprintf(w, "The plane is built and upgraded by kubeadm itself ([kubeadm-lab.md](kubeadm-lab.md)): three control-plane nodes, `kubeadm init` on node-a and "+
-		"`kubeadm join --control-plane` on node-b and node-c at %s, stacked etcd, every component a static pod run by the node's kubelet, "+
+		"`kubeadm join --control-plane` on node-b and node-c at %s, stacked etcd%s, every component a static pod run by the node's kubelet, "+
 		"a `controlPlaneEndpoint` VIP on node-a. The upgrade is the one of kubeadm's documentation: %s`kubeadm upgrade apply %s` on node-a, "+
 		"`kubeadm upgrade node` on node-b and node-c (kubeadm %s swapped in as its package would be), %s. The rollback is the operator's after a failed upgrade, node-c first: the static-pod manifests and the "+
 		"kubelet configuration kubeadm backed up (`/etc/kubernetes/tmp/kubeadm-backup-manifests-*`, `kubeadm-kubelet-config-*`) put back with the runbook's commands, then the %s kubelet, "+
@@ -32,7 +33,26 @@ func writeKubeadmIntro(w io.Writer, o Options, command string, kept bool) {
 		"on one kept connection. The cluster's own **kube-controller-manager and kube-scheduler** (static pods of each node's version, %s) "+
 		"run throughout: their requests are not in the counts below, what their garbage collector and "+
 		"namespace controller do is (*What users lose*). skewgate runs as users run it: the DaemonSet of `deploy/kubernetes` on kubeadm's PKI.\n\n",
-		p.From, configEdit(p), p.To, p.To, kubelet, p.From, o.Steady, p.newTypes(), p.onlyTo(), controllerManagersReach(o))
+		p.From, etcdVersions(p), configEdit(p), p.To, p.To, kubelet, p.From, o.Steady, p.newTypes(), p.onlyTo(), controllerManagersReach(o))
+}
+
+// etcdVersions says which etcd each side's kubeadm deploys, the one the
+// lab built for it (lab.KubeadmEtcdVersion: kubeadm's own constant), and
+// that the upgrade moves etcd when they differ ("" if unknown).
+func etcdVersions(p Pair) string {
+	from, err := lab.KubeadmEtcdVersion(context.Background(), p.From)
+	if err != nil {
+		return ""
+	}
+	to, err := lab.KubeadmEtcdVersion(context.Background(), p.To)
+	if err != nil {
+		return ""
+	}
+	if from == to {
+		return fmt.Sprintf(" (etcd %s, the one kubeadm deploys at both versions)", from)
+	}
+	return fmt.Sprintf(" (etcd %s, the one kubeadm %s deploys; kubeadm %s deploys %s, its upgrade moves each node's member to it, "+
+		"and the rollback leaves it there: [runbook.md](runbook.md), the etcd caveat)", from, p.From, p.To, to)
 }
 
 // configEdit is what the operator adds to kubeadm's ClusterConfiguration
