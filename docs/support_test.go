@@ -36,7 +36,7 @@ func TestSupportMatrix(t *testing.T) {
 		}
 		rows++
 		pair := ""
-		if m := regexp.MustCompile(`^(v[\d.]+ → v[\d.]+)$`).FindStringSubmatch(row[0]); m != nil {
+		if m := regexp.MustCompile(`^(v[\d.]+(?:-[\w.]+)? → v[\d.]+(?:-[\w.]+)?)$`).FindStringSubmatch(row[0]); m != nil {
 			pair = m[1]
 			listed[pair] = true
 			if !runs[pair] {
