@@ -74,6 +74,18 @@ func TestAPIServerArgs(t *testing.T) {
 		t.Errorf("DefaultAPIs: a 1.36 server asked for scheduling.k8s.io/v1alpha2: %s", args)
 	}
 	spec.DefaultAPIs = false
+	// 1.37 runs its defaults; 1.38 serves gang scheduling's beta, every
+	// gate it needs in one --feature-gates.
+	n137, n138 := cur, cur
+	n137.Version, n138.Version = "v1.37.2", "v1.38.0-beta.0"
+	if args := strings.Join(APIServerArgs(spec, n137, pki), " "); strings.Contains(args, "--runtime-config") || strings.Contains(args, "GenericWorkload") {
+		t.Errorf("a 1.37 server asked for more than its defaults: %s", args)
+	}
+	args138 := APIServerArgs(spec, n138, pki)
+	if !slices.Contains(args138, "--runtime-config=scheduling.k8s.io/v1beta1=true") ||
+		!slices.Contains(args138, "--feature-gates=UnknownVersionInteroperabilityProxy=false,GenericWorkload=true,TopologyAwareWorkloadScheduling=true,CompositePodGroup=true") {
+		t.Errorf("a 1.38 server's args: %q", args138)
+	}
 	if !strings.Contains(newArgs, "--endpoint-reconciler-type=lease") {
 		t.Error("the lease endpoint reconciler is not the default")
 	}
