@@ -1,6 +1,6 @@
 // Package drill runs the upgrade window skewgate exists for, on the lab: a
 // three-node control plane rolls from one version to the next (a Pair:
-// v1.35.4 → v1.36.3 by default, or v1.36.3 → v1.37.2) one node at a time
+// v1.35.4 → v1.36.3 by default, or another of Pairs) one node at a time
 // and back, under a realistic workload spread by a load balancer, once
 // without skewgate, once with kube-apiserver's in-tree Mixed Version Proxy,
 // once with skewgate — and counts, per phase, every false 404.
